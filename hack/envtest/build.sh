@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+# from Go modules into a cache outside the repository, and extracts the
+# third-party CRDs from the module zips their projects publish. Idempotent: a
+# stamp of the versions and go.sum hashes decides whether anything is rebuilt.
+# Prints the cache directory on the last line of stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=/dev/null
+. "$here/versions.env"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
+cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}"
+stamp_src=$(cat "$here/versions.env" "$here/k8s/go.sum" "$here/etcd/go.sum" "$0" | sha256sum | cut -c1-12)
+out="$cache_root/envtest/k8s-${K8S_VERSION}-${stamp_src}"
+bin="$out/bin" crds="$out/crds"
+log() { echo "[envtest-build] $*" >&2; }
+
+need_bin=0
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+  [ -x "$bin/$b" ] || need_bin=1
+done
+if [ "$need_bin" = 1 ]; then
+  mkdir -p "$bin"
+  build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  vpkg=k8s.io/component-base/version
+  ldflags="-s -w -X $vpkg.gitVersion=${K8S_VERSION} -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=${minor} -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=${build_date} -X $vpkg.gitCommit=module-${K8S_VERSION}"
+  t0=$(date +%s)
+  if [ ! -x "$bin/etcd" ]; then
+    log "building etcd ${ETCD_VERSION}"
+    (cd "$here/etcd" && go build -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3) && mv "$bin/etcd.tmp" "$bin/etcd"
+  fi
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    if [ ! -x "$bin/$c" ]; then
+      log "building $c ${K8S_VERSION}"
+      (cd "$here/k8s" && go build -ldflags "$ldflags" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c") && mv "$bin/$c.tmp" "$bin/$c"
+    fi
+  done
+  if [ ! -x "$bin/kwok" ]; then
+    log "building kwok ${KWOK_VERSION}"
+    GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  fi
+  log "binaries built in $(( $(date +%s) - t0 ))s"
+fi
+
+modir() { (cd "$(mktemp -d)" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); }
+if [ ! -f "$crds/.done" ]; then
+  rm -rf "$crds"; mkdir -p "$crds"
+  log "extracting third-party CRDs"
+  d=$(modir "sigs.k8s.io/kueue@${KUEUE_VERSION}")
+  for k in clusterqueues localqueues resourceflavors workloadpriorityclasses workloads admissionchecks cohorts topologies; do
+    cp "$d/config/components/crd/bases/kueue.x-k8s.io_${k}.yaml" "$crds/"
+  done
+  d=$(modir "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}")
+  for k in rayclusters rayjobs rayservices; do cp "$d/config/crd/bases/ray.io_${k}.yaml" "$crds/"; done
+  d=$(modir "github.com/project-codeflare/appwrapper@${APPWRAPPER_VERSION}")
+  cp "$d/config/crd/bases/workload.codeflare.dev_appwrappers.yaml" "$crds/"
+  d=$(modir "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}")
+  for k in gatewayclasses gateways httproutes; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/"; done
+  # kwok's stock "fast" stages: node init + heartbeat, pod ready/complete/delete
+  d=$(modir "sigs.k8s.io/kwok@${KWOK_VERSION}")
+  : > "$out/kwok-stages.yaml"
+  for s in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    { cat "$d/kustomize/stage/$s.yaml"; echo; echo "---"; } >> "$out/kwok-stages.yaml"
+  done
+  chmod -R u+w "$crds"
+  touch "$crds/.done"
+fi
+echo "$out"

@@ -1,0 +1,56 @@
+"""Names, label keys and API versions used by the queue-config code."""
+
+from __future__ import annotations
+
+QUEUE_CONFIG_NAME = "kaiwo"
+QUEUE_CONFIG_API_VERSION = "kaiwo.silogen.ai/v1alpha1"
+QUEUE_CONFIG_KIND = "KaiwoQueueConfig"
+
+# Ownership markers put on every Kueue object kaiwo-ctrl creates from the queue config.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "kaiwo-ctrl"
+QUEUE_CONFIG_LABEL = "kaiwo.silogen.ai/queue-config"
+
+# Kueue. Kueue v0.19 stores and serves every kind we manage at v1beta2
+# (Topology included: it is served at v1beta1 (deprecated) and v1beta2, no longer v1alpha1).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+TOPOLOGY_API_VERSION = KUEUE_API_VERSION
+
+RESOURCE_FLAVOR = "ResourceFlavor"
+CLUSTER_QUEUE = "ClusterQueue"
+LOCAL_QUEUE = "LocalQueue"
+WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
+TOPOLOGY = "Topology"
+
+#: Kind -> plural resource name (for the reconciler's REST paths).
+KUEUE_PLURALS = {
+    RESOURCE_FLAVOR: "resourceflavors",
+    CLUSTER_QUEUE: "clusterqueues",
+    LOCAL_QUEUE: "localqueues",
+    WORKLOAD_PRIORITY_CLASS: "workloadpriorityclasses",
+    TOPOLOGY: "topologies",
+}
+
+#: Order in which kinds are created (dependencies first); deletes run in reverse.
+KIND_ORDER = (TOPOLOGY, RESOURCE_FLAVOR, WORKLOAD_PRIORITY_CLASS, CLUSTER_QUEUE, LOCAL_QUEUE)
+
+# Node labels and taints (spec section 4).
+NODEPOOL_LABEL = "kaiwo/nodepool"
+WORKER_LABEL = "kaiwo/worker"
+GPU_MODEL_LABEL = "kaiwo/gpu-model"
+TOPOLOGY_BLOCK_LABEL = "kaiwo/topology-block"
+TOPOLOGY_RACK_LABEL = "kaiwo/topology-rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DEFAULT_TOPOLOGY_BLOCK = "block-a"
+DEFAULT_TOPOLOGY_RACK = "rack-a"
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+DEFAULT_TOPOLOGY_NAME = "default-topology"
+DEFAULT_GPU_TAINT_KEY = "kaiwo.silogen.ai/gpu"
+DEFAULT_CLUSTER_QUEUE_NAME = "kaiwo"
+DEFAULT_COHORT_NAME = "kaiwo"
+
+AMD_GPU_RESOURCE = "amd.com/gpu"
+NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"

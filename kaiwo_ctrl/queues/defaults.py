@@ -1,0 +1,171 @@
+"""Default ClusterQueue and Topology (spec 15.4) and *ensure default queue config* (15.5).
+
+Entries produced here are in the queue-config shape (the ClusterQueue spec uses
+the v1beta1 field names users write, e.g. ``cohort``); :mod:`.kueue` translates.
+Everything is deterministic, so re-running on an unchanged cluster gives an
+identical spec and the reconciler can skip the write.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .constants import (
+    DEFAULT_CLUSTER_QUEUE_NAME,
+    DEFAULT_COHORT_NAME,
+    DEFAULT_TOPOLOGY_NAME,
+    HOSTNAME_LABEL,
+    QUEUE_CONFIG_API_VERSION,
+    QUEUE_CONFIG_KIND,
+    QUEUE_CONFIG_NAME,
+    TOPOLOGY_BLOCK_LABEL,
+    TOPOLOGY_RACK_LABEL,
+)
+from .nodepools import NodePool, flavor_specs
+
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def format_bytes(value: int) -> str:
+    """Integer byte count as a quantity, using the largest binary suffix that divides it exactly."""
+    if value == 0:
+        return "0"
+    for suffix, size in _BINARY_SUFFIXES:
+        if value % size == 0:
+            return f"{value // size}{suffix}"
+    return str(value)
+
+
+def format_quota(resource: str, value: int) -> str:
+    return format_bytes(value) if resource == "memory" else str(value)
+
+
+def covered_resources(pools: Iterable[NodePool]) -> list[str]:
+    """``cpu``, ``memory``, then the GPU keys present in any pool, sorted."""
+    gpu_keys = sorted({key for p in pools for key in p.quota if key not in ("cpu", "memory")})
+    return ["cpu", "memory", *gpu_keys]
+
+
+def default_cluster_queue(
+    pools: Iterable[NodePool],
+    name: str = DEFAULT_CLUSTER_QUEUE_NAME,
+    cohort: str = DEFAULT_COHORT_NAME,
+) -> dict[str, Any]:
+    """The queue-config ``clusterQueues`` entry built from the discovered pools."""
+    pools = sorted(pools, key=NodePool.sort_key)
+    spec: dict[str, Any] = {"namespaceSelector": {}, "cohort": cohort, "resourceGroups": []}
+    if pools:
+        covered = covered_resources(pools)
+        flavors = []
+        for pool in pools:
+            quota = pool.quota
+            flavors.append(
+                {
+                    "name": pool.name,
+                    "resources": [{"name": r, "nominalQuota": format_quota(r, quota.get(r, 0))} for r in covered],
+                }
+            )
+        spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavors}]
+    return {"name": name, "namespaces": [], "spec": spec}
+
+
+def default_topology() -> dict[str, Any]:
+    """The queue-config ``topologies`` entry ``default-topology``."""
+    return {
+        "metadata": {"name": DEFAULT_TOPOLOGY_NAME},
+        "spec": {
+            "levels": [
+                {"nodeLabel": TOPOLOGY_BLOCK_LABEL},
+                {"nodeLabel": TOPOLOGY_RACK_LABEL},
+                {"nodeLabel": HOSTNAME_LABEL},
+            ]
+        },
+    }
+
+
+def default_queue_config_spec(
+    pools: Iterable[NodePool],
+    cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
+    cohort: str = DEFAULT_COHORT_NAME,
+) -> dict[str, Any]:
+    """Spec of a freshly created queue config (15.5 step 2)."""
+    pools = sorted(pools, key=NodePool.sort_key)
+    return {
+        "clusterQueues": [default_cluster_queue(pools, cluster_queue_name, cohort)],
+        "resourceFlavors": flavor_specs(pools),
+        "topologies": [default_topology()],
+    }
+
+
+def default_queue_config(
+    pools: Iterable[NodePool],
+    cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
+    cohort: str = DEFAULT_COHORT_NAME,
+) -> dict[str, Any]:
+    """A complete ``KaiwoQueueConfig/kaiwo`` object to create when none exists."""
+    return {
+        "apiVersion": QUEUE_CONFIG_API_VERSION,
+        "kind": QUEUE_CONFIG_KIND,
+        "metadata": {"name": QUEUE_CONFIG_NAME},
+        "spec": default_queue_config_spec(pools, cluster_queue_name, cohort),
+    }
+
+
+def _entry_name(entry: Mapping[str, Any]) -> str | None:
+    if "name" in entry:
+        return entry["name"]
+    return (entry.get("metadata") or {}).get("name")
+
+
+def merge_by_name(existing: Iterable[Mapping[str, Any]] | None, incoming: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Incoming entries replace same-named existing ones in place; new names are appended
+    in incoming order; existing entries with other names are kept untouched."""
+    incoming = [copy.deepcopy(dict(e)) for e in incoming]
+    by_name = {_entry_name(e): e for e in incoming}
+    used: set[str | None] = set()
+    result: list[dict] = []
+    for entry in existing or []:
+        name = _entry_name(entry)
+        if name in by_name:
+            if name not in used:
+                result.append(by_name[name])
+                used.add(name)
+            continue  # duplicates of a replaced name collapse into the replacement
+        result.append(copy.deepcopy(dict(entry)))
+    result.extend(e for e in incoming if _entry_name(e) not in used)
+    return result
+
+
+def _as_spec(queue_config: Any) -> dict[str, Any]:
+    if queue_config is None:
+        return {}
+    if hasattr(queue_config, "to_k8s"):
+        queue_config = queue_config.to_k8s()
+    if isinstance(queue_config.get("spec"), Mapping):
+        return dict(queue_config["spec"])
+    return dict(queue_config)
+
+
+def merge_queue_config_spec(
+    existing: Any,
+    pools: Iterable[NodePool],
+    cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
+    cohort: str = DEFAULT_COHORT_NAME,
+) -> dict[str, Any]:
+    """15.5 step 3: merge discovery into an existing queue-config spec (or object/model).
+
+    Flavors and topologies merge by name (discovered ones win, others are kept);
+    the default ClusterQueue entry is replaced wholesale, other queues are kept;
+    ``workloadPriorityClasses`` and any other field are left as they are. The input
+    is not modified. Merging the same pools twice gives the same spec.
+    """
+    pools = sorted(pools, key=NodePool.sort_key)
+    spec = copy.deepcopy(_as_spec(existing))
+    spec["resourceFlavors"] = merge_by_name(spec.get("resourceFlavors"), flavor_specs(pools))
+    spec["clusterQueues"] = merge_by_name(
+        spec.get("clusterQueues"), [default_cluster_queue(pools, cluster_queue_name, cohort)]
+    )
+    spec["topologies"] = merge_by_name(spec.get("topologies"), [default_topology()])
+    return spec

@@ -1,0 +1,286 @@
+"""config.kaiwo.silogen.ai/v1alpha1: KaiwoConfig (cluster singleton) and
+AIMNamespaceConfig (per namespace)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from api.base import ApiModel
+from api.fields import field
+from api.meta import SIMPLE_DURATION_PATTERN, DURATION_PATTERN, KubeObject
+
+GROUP = "config.kaiwo.silogen.ai"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: The only KaiwoConfig name the operator reads (and the CRD accepts).
+KAIWO_CONFIG_NAME = "kaiwo"
+
+
+# --------------------------------------------------------------------------
+# KaiwoConfig
+# --------------------------------------------------------------------------
+
+
+class KaiwoRayConfig(ApiModel):
+    """Ray settings."""
+
+    default_ray_image: str = field(
+        "ghcr.io/silogen/rocm-ray:6.4",
+        description="Image for Ray containers (and any workload container) that do not set one.",
+    )
+    head_pod_memory: str = field(
+        "16Gi", description="Memory request and limit forced onto the Ray head pod."
+    )
+
+
+class KaiwoStorageConfig(ApiModel):
+    """Storage settings."""
+
+    default_storage_class: str | None = field(
+        None, description="StorageClass for workload PVCs that do not name one; cluster default when empty."
+    )
+    default_data_mount_path: str = field(
+        "/workload",
+        description="Mount path of the data volume when the workload does not set storage.data.mountPath.",
+    )
+    default_hf_mount_path: str = field(
+        "/hf_cache",
+        description=(
+            "Mount path (and HF_HOME) of the Hugging Face cache when the workload does not set "
+            "storage.huggingFace.mountPath."
+        ),
+    )
+
+
+class KaiwoNodeConfig(ApiModel):
+    """Node settings."""
+
+    default_gpu_resource_key: str = field(
+        "amd.com/gpu", description="GPU resource name used when the workload's gpuVendor is neither amd nor nvidia."
+    )
+    default_gpu_taint_key: str = field(
+        "kaiwo.silogen.ai/gpu", description="Key of the taint put on GPU nodes and tolerated by GPU pods."
+    )
+    exclude_master_nodes_from_node_pools: bool = field(
+        False, description="Leave control-plane nodes out of node-pool discovery."
+    )
+    add_taints_to_gpu_nodes: bool = field(
+        False, description="Taint GPU nodes with defaultGpuTaintKey during discovery."
+    )
+
+
+class KaiwoSchedulingConfig(ApiModel):
+    """Scheduling settings."""
+
+    kube_scheduler_name: str = field(
+        "kaiwo-scheduler", description="schedulerName set on pod templates the operator generates."
+    )
+    pending_threshold_for_preemption: str = field(
+        "5m",
+        description=(
+            "How long a GPU workload may wait before Kaiwo starts preempting same-vendor GPU workloads "
+            "that have run past their duration."
+        ),
+        pattern=DURATION_PATTERN,
+    )
+
+
+class KaiwoResourceMonitoringConfig(ApiModel):
+    """GPU-utilisation monitoring settings. Enabling the monitor, its metrics endpoint and polling
+    interval are environment variables of the operator (RESOURCE_MONITORING_*), not fields here."""
+
+    low_utilization_threshold: float = field(
+        1.0,
+        description="Utilisation (percent of the requested capacity) below which a workload counts as underutilised.",
+        minimum=0,
+    )
+    target_namespaces: list[str] | None = field(
+        None,
+        description="Namespaces to monitor; all except kube-system when empty. Only Kaiwo workloads are affected.",
+    )
+    profile: Literal["gpu"] = field("gpu", description="Resource to monitor; only gpu is supported.")
+    terminate_underutilized: bool = field(
+        False, description="Terminate workloads that stay underutilised for terminateUnderutilizedAfter."
+    )
+    terminate_underutilized_after: str = field(
+        "24h",
+        description="How long a workload may stay underutilised before it is terminated (e.g. 24h, 1h30m).",
+        pattern=SIMPLE_DURATION_PATTERN,
+    )
+
+
+class KaiwoConfigSpec(ApiModel):
+    """Runtime configuration of the Kaiwo operator."""
+
+    ray: KaiwoRayConfig = field(default_factory=KaiwoRayConfig, description="Ray settings.")
+    storage: KaiwoStorageConfig = field(default_factory=KaiwoStorageConfig, description="Storage settings.")
+    nodes: KaiwoNodeConfig = field(default_factory=KaiwoNodeConfig, description="Node settings.")
+    scheduling: KaiwoSchedulingConfig = field(
+        default_factory=KaiwoSchedulingConfig, description="Workload scheduling settings."
+    )
+    resource_monitoring: KaiwoResourceMonitoringConfig = field(
+        default_factory=KaiwoResourceMonitoringConfig, description="Resource (GPU utilisation) monitoring settings."
+    )
+    default_cluster_queue_name: str = field(
+        "kaiwo",
+        description="ClusterQueue for workloads without spec.clusterQueue; also the name of the generated default ClusterQueue.",
+    )
+    default_cluster_queue_cohort_name: str = field(
+        "kaiwo", description="Cohort of the generated default ClusterQueue (queues in a cohort share quota)."
+    )
+    dynamically_update_default_cluster_queue: bool = field(
+        False,
+        description=(
+            "Re-discover node pools and rewrite the default ClusterQueue on every queue-config reconcile, "
+            "so it follows nodes being added, removed or cordoned."
+        ),
+    )
+
+
+class KaiwoConfig(KubeObject):
+    """Runtime configuration of the Kaiwo operator; a cluster singleton named kaiwo."""
+
+    GROUP: ClassVar[str] = GROUP
+    VERSION: ClassVar[str] = VERSION
+    KIND: ClassVar[str] = "KaiwoConfig"
+    PLURAL: ClassVar[str] = "kaiwoconfigs"
+    NAMESPACED: ClassVar[bool] = False
+
+    spec: KaiwoConfigSpec = field(
+        default_factory=KaiwoConfigSpec, description="Operator configuration; every field has a default."
+    )
+
+
+# --------------------------------------------------------------------------
+# AIMNamespaceConfig
+# --------------------------------------------------------------------------
+
+
+class SecretValueReference(ApiModel):
+    """A key inside a Kubernetes Secret."""
+
+    secret_name: str | None = field(None, description="Name of the Secret.")
+    secret_key: str | None = field(None, description="Key inside the Secret.")
+
+
+class AIMS3Credential(ApiModel):
+    """S3 credentials for one endpoint."""
+
+    endpoint_url: str | None = field(None, description="S3 endpoint URL.")
+    access_key_id: SecretValueReference | None = field(None, description="Secret key holding the access key ID.")
+    secret_access_key: SecretValueReference | None = field(
+        None, description="Secret key holding the secret access key."
+    )
+
+
+class AIMGCSCredential(ApiModel):
+    """GCS service-account credentials."""
+
+    application_credentials: SecretValueReference | None = field(
+        None, description="Secret key holding the service-account JSON."
+    )
+
+
+class AIMAzureBlobCredential(ApiModel):
+    """Azure Blob Storage credentials."""
+
+    connection_string: SecretValueReference | None = field(
+        None, description="Secret key holding the storage connection string."
+    )
+
+
+class AIMNamespaceCredentials(ApiModel):
+    """Credentials for model sources and caches; any subset may be set."""
+
+    hugging_face_token: SecretValueReference | None = field(
+        None, description="Secret key holding the Hugging Face token."
+    )
+    s3: list[AIMS3Credential] | None = field(None, description="S3 credentials.")
+    gcs: list[AIMGCSCredential] | None = field(None, description="GCS credentials.")
+    azure_blob: list[AIMAzureBlobCredential] | None = field(None, description="Azure Blob credentials.")
+
+
+class AIMNamespaceImageConfig(ApiModel):
+    """Image pull settings for AIM images in the namespace."""
+
+    image_pull_secrets: list[str] | None = field(
+        None, description="Names of Secrets used to pull AIM images."
+    )
+
+
+class GatewayRef(ApiModel):
+    """The KGateway instance used for exposure and routing."""
+
+    name: str | None = field(None, description="Name of the gateway object.")
+    namespace: str | None = field(None, description="Namespace of the gateway object.")
+
+
+class AIMNamespaceConfigSpec(ApiModel):
+    """AIM settings of one namespace."""
+
+    gateway: GatewayRef | None = field(None, description="Gateway used for exposure and routing.")
+    credentials: AIMNamespaceCredentials | None = field(
+        None, description="Secret references used to access and cache models."
+    )
+    images: AIMNamespaceImageConfig | None = field(None, description="Image pull settings for AIM images.")
+
+
+class AIMNamespaceConfig(KubeObject):
+    """Credentials and routing for AIM workloads in one namespace."""
+
+    GROUP: ClassVar[str] = GROUP
+    VERSION: ClassVar[str] = VERSION
+    KIND: ClassVar[str] = "AIMNamespaceConfig"
+    PLURAL: ClassVar[str] = "aimnamespaceconfigs"
+    NAMESPACED: ClassVar[bool] = True
+
+    spec: AIMNamespaceConfigSpec = field(
+        default_factory=AIMNamespaceConfigSpec, description="Gateway, credentials and image settings."
+    )
+
+
+class _ListBase(ApiModel):
+    api_version: str = field(API_VERSION, description="APIVersion of the list.")
+    kind: str = field("", description="Kind of the list.")
+    metadata: dict[str, Any] | None = field(None, description="List metadata.")
+
+
+class KaiwoConfigList(_ListBase):
+    """A list of KaiwoConfigs."""
+
+    kind: str = field("KaiwoConfigList", description="Kind of the list.")
+    items: list[KaiwoConfig] = field(default_factory=list, description="The KaiwoConfigs.")
+
+
+class AIMNamespaceConfigList(_ListBase):
+    """A list of AIMNamespaceConfigs."""
+
+    kind: str = field("AIMNamespaceConfigList", description="Kind of the list.")
+    items: list[AIMNamespaceConfig] = field(default_factory=list, description="The AIMNamespaceConfigs.")
+
+
+__all__ = [
+    "AIMAzureBlobCredential",
+    "AIMGCSCredential",
+    "AIMNamespaceConfig",
+    "AIMNamespaceConfigList",
+    "AIMNamespaceConfigSpec",
+    "AIMNamespaceCredentials",
+    "AIMNamespaceImageConfig",
+    "AIMS3Credential",
+    "API_VERSION",
+    "GROUP",
+    "GatewayRef",
+    "KAIWO_CONFIG_NAME",
+    "KaiwoConfig",
+    "KaiwoConfigList",
+    "KaiwoConfigSpec",
+    "KaiwoNodeConfig",
+    "KaiwoRayConfig",
+    "KaiwoResourceMonitoringConfig",
+    "KaiwoSchedulingConfig",
+    "KaiwoStorageConfig",
+    "SecretValueReference",
+    "VERSION",
+]

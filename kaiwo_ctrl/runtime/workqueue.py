@@ -42,10 +42,10 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from kaiwo_ctrl.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+from .ratelimit import RateLimiter, default_controller_rate_limiter
 
 if TYPE_CHECKING:
-    from kaiwo_ctrl.runtime.metrics import WorkQueueMetrics
+    from .metrics import WorkQueueMetrics
 
 __all__ = ["WorkQueue"]
 
@@ -293,14 +293,24 @@ class WorkQueue(Generic[K]):
     def unfinished_work_seconds(self) -> float:
         """Sum of the ages of all keys currently processing."""
         now = self._clock()
-        return sum(max(0.0, now - t) for t in list(self._started_at.values()))
+        return sum(max(0.0, now - t) for t in self._start_times())
 
     def longest_running_processor_seconds(self) -> float:
         """Age of the oldest key currently processing (0 if none)."""
-        starts = list(self._started_at.values())
+        starts = self._start_times()
         if not starts:
             return 0.0
         return max(0.0, self._clock() - min(starts))
+
+    def _start_times(self) -> list[float]:
+        # Normally read on the loop thread; if a scrape happens on another
+        # thread the dict may change while being copied, so retry briefly.
+        for _ in range(10):
+            try:
+                return list(self._started_at.values())
+            except RuntimeError:
+                continue
+        return []
 
     def _report_depth(self) -> None:
         # Depth counts every dirty key: queued ones plus those that will be

@@ -274,8 +274,17 @@ def openapi_schema(kind: str) -> dict[str, Any]:
     return crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML: no anchors/aliases even when a sub-schema object is shared."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _dump(doc: dict[str, Any]) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    return yaml.dump(
+        doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
+    )
 
 
 def render_files() -> dict[Path, str]:

@@ -13,7 +13,10 @@ dashboards and alerts keep working:
   carry the queue's name); ``Metrics.workqueue(name)`` returns the small
   adaptor a ``WorkQueue`` reports through;
 * leader election, REST client, and informer series (the informer ones are
-  our own design, prefixed ``informer_``, labelled by ``kind``).
+  our own design, prefixed ``informer_``, labelled by ``kind``). ``Metrics``
+  also has the four ``informer_*`` hook methods an informer reports through
+  (``informer_event``, ``informer_objects``, ``informer_relist``,
+  ``informer_watch_restart``), so it can be handed to an informer directly.
 
 Counters are declared without the ``_total`` suffix because prometheus_client
 appends it on exposition. The library also produces ``*_created`` samples for
@@ -26,6 +29,7 @@ its output instead (the registry itself still holds them).
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -148,7 +152,9 @@ class Metrics:
         registry: CollectorRegistry | None = None,
         *,
         process_metrics: bool = False,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self._wall_clock = wall_clock
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         if process_metrics:
@@ -275,7 +281,7 @@ class Metrics:
         )
 
         # -- informers (our own design) ---------------------------------------
-        self.informer_objects = Gauge(
+        self.informer_object_count = Gauge(
             "informer_objects",
             "Number of objects currently held in the informer cache",
             ["kind"],
@@ -328,6 +334,22 @@ class Metrics:
         if adaptor is None:
             adaptor = self._workqueues[name] = WorkQueueMetrics(self, name)
         return adaptor
+
+    # -- informer hook (what an informer calls; kind = the informer's name) --
+
+    def informer_event(self, kind: str, event_type: str) -> None:
+        """A watch event arrived: count it and stamp the time (Unix seconds)."""
+        self.informer_events.labels(kind=kind, type=event_type).inc()
+        self.informer_last_event_timestamp.labels(kind=kind).set(self._wall_clock())
+
+    def informer_objects(self, kind: str, count: int) -> None:
+        self.informer_object_count.labels(kind=kind).set(count)
+
+    def informer_relist(self, kind: str, reason: str) -> None:
+        self.informer_relists.labels(kind=kind, reason=reason).inc()
+
+    def informer_watch_restart(self, kind: str, reason: str) -> None:
+        self.informer_watch_restarts.labels(kind=kind, reason=reason).inc()
 
     def render(self) -> bytes:
         """Text exposition of everything in the registry."""

@@ -68,11 +68,10 @@ def test_metric_types_and_label_names_in_exposition():
     m.leader_election_slowpath.labels(name="lock").inc()
     m.rest_client_requests.labels(code="200", method="GET", host="api:6443").inc()
     m.rest_client_request_duration.labels(verb="GET", host="api:6443").observe(0.03)
-    m.informer_objects.labels(kind="Pod").set(4)
-    m.informer_watch_restarts.labels(kind="Pod", reason="timeout").inc()
-    m.informer_relists.labels(kind="Pod", reason="initial").inc()
-    m.informer_events.labels(kind="Pod", type="ADDED").inc()
-    m.informer_last_event_timestamp.labels(kind="Pod").set(1.7e9)
+    m.informer_objects("Pod", 4)
+    m.informer_watch_restart("Pod", "timeout")
+    m.informer_relist("Pod", "initial")
+    m.informer_event("Pod", "ADDED")
     fams = families(m)
 
     expected = {
@@ -233,3 +232,38 @@ async def test_metrics_do_not_keep_a_dropped_queue_alive():
     gc.collect()
     assert m.registry.get_sample_value("workqueue_unfinished_work_seconds", wq_labels("gone")) == 0
     await asyncio.sleep(0)
+
+
+def test_informer_hook_methods_update_series():
+    now = [1_700_000_000.0]
+    m = Metrics(wall_clock=lambda: now[0])
+    get = m.registry.get_sample_value
+    m.informer_objects("Deployment", 7)
+    m.informer_objects("Deployment", 5)
+    m.informer_event("Deployment", "ADDED")
+    m.informer_event("Deployment", "ADDED")
+    now[0] += 30
+    m.informer_event("Deployment", "BOOKMARK")
+    m.informer_relist("Deployment", "gone")
+    m.informer_watch_restart("Deployment", "timeout")
+    m.informer_watch_restart("Deployment", "timeout")
+    assert get("informer_objects", {"kind": "Deployment"}) == 5
+    assert get("informer_events_total", {"kind": "Deployment", "type": "ADDED"}) == 2
+    assert get("informer_events_total", {"kind": "Deployment", "type": "BOOKMARK"}) == 1
+    assert get("informer_last_event_timestamp_seconds", {"kind": "Deployment"}) == 1_700_000_030.0
+    assert get("informer_relists_total", {"kind": "Deployment", "reason": "gone"}) == 1
+    assert get("informer_watch_restarts_total", {"kind": "Deployment", "reason": "timeout"}) == 2
+
+
+def test_metrics_satisfies_informer_hook_shape():
+    # the informer reports through these four methods; keep Metrics compatible
+    m = Metrics()
+    for name, arity in [
+        ("informer_event", 2),
+        ("informer_objects", 2),
+        ("informer_relist", 2),
+        ("informer_watch_restart", 2),
+    ]:
+        fn = getattr(m, name)
+        assert callable(fn)
+        assert fn.__code__.co_argcount - 1 == arity

@@ -1,0 +1,312 @@
+"""Bad-input checks for a KaiwoQueueConfig spec.
+
+:func:`validate` returns a list of :class:`Problem`, each naming the offending
+item by its path in the spec, e.g.::
+
+    spec.clusterQueues[1].spec.resourceGroups[0].flavors[0].name: flavor "x" is not defined in spec.resourceFlavors
+
+Every problem carries the kind and name (or list index) of the item it makes
+unusable; :func:`kaiwo_ctrl.queues.kueue.desired_kueue_objects` leaves exactly
+those items out and holds their existing Kueue objects, so the good items still
+sync and nothing that already works is torn down.
+
+Limits follow the API reference (clusterQueues <= 10, workloadPriorityClasses <= 5,
+flavor nodeLabels <= 10, taints <= 5, tolerations <= 5, resourceFlavors <= 20,
+topologies <= 10) and the Kueue v1beta2 schema where that is stricter: a
+ResourceFlavor holds at most 8 nodeLabels (counting the ``kaiwo/worker`` label
+added to flavors without a topologyName), a Topology 1..8 levels here (Kueue
+allows 16; the Kaiwo schema 8).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kaiwo_ctrl.quantity import QuantityError, parse_quantity
+
+from .constants import (
+    CLUSTER_QUEUE,
+    HOSTNAME_LABEL,
+    RESOURCE_FLAVOR,
+    TOPOLOGY,
+    WORKER_LABEL,
+    WORKLOAD_PRIORITY_CLASS,
+)
+from .kueue import entry_name, translate_cluster_queue_spec
+
+LIMITS = {
+    "clusterQueues": 10,
+    "resourceFlavors": 20,
+    "workloadPriorityClasses": 5,
+    "topologies": 10,
+}
+FLAVOR_NODE_LABELS_MAX = 10  # Kaiwo schema
+KUEUE_FLAVOR_NODE_LABELS_MAX = 8  # Kueue v1beta2 ResourceFlavor.spec.nodeLabels maxProperties
+FLAVOR_TAINTS_MAX = 5
+FLAVOR_TOLERATIONS_MAX = 5
+TOPOLOGY_LEVELS_MAX = 8
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+_KIND_OF_LIST = {
+    "clusterQueues": CLUSTER_QUEUE,
+    "resourceFlavors": RESOURCE_FLAVOR,
+    "workloadPriorityClasses": WORKLOAD_PRIORITY_CLASS,
+    "topologies": TOPOLOGY,
+}
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad item. ``kind``/``name``/``index`` identify the queue-config entry it
+    disables (``None`` when the problem does not disable an entry)."""
+
+    path: str
+    message: str
+    kind: str | None = None
+    name: str | None = None
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _subdomain_problem(name: Any) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "name is required"
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return f"name {name!r} is not a valid Kubernetes object name (lower-case RFC 1123 subdomain)"
+    return None
+
+
+def _name_path(list_name: str, index: int, entry: Mapping[str, Any]) -> str:
+    if list_name in ("clusterQueues", "resourceFlavors"):
+        return f"spec.{list_name}[{index}].name"
+    return f"spec.{list_name}[{index}].metadata.name"
+
+
+def _check_list_entries(spec: Mapping[str, Any], list_name: str, out: list[Problem]) -> None:
+    """Limits, names and duplicates of one top-level list."""
+    entries = spec.get(list_name) or []
+    kind = _KIND_OF_LIST[list_name]
+    limit = LIMITS[list_name]
+    first_seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            out.append(Problem(f"spec.{list_name}[{i}]", "must be an object", kind, None, i))
+            continue
+        name = entry_name(entry)
+        if i >= limit:
+            out.append(
+                Problem(
+                    f"spec.{list_name}[{i}]",
+                    f"exceeds the limit of {limit} {list_name}; item {name!r} is ignored",
+                    kind,
+                    name,
+                    i,
+                )
+            )
+            continue
+        bad_name = _subdomain_problem(name)
+        if bad_name:
+            out.append(Problem(_name_path(list_name, i, entry), bad_name, kind, name or None, i))
+            continue
+        if name in first_seen:
+            out.append(
+                Problem(
+                    _name_path(list_name, i, entry),
+                    f"duplicate name {name!r} (also at spec.{list_name}[{first_seen[name]}])",
+                    kind,
+                    name,
+                    i,
+                )
+            )
+        else:
+            first_seen[name] = i
+
+
+def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
+    name = entry_name(entry)
+    base = f"spec.resourceFlavors[{i}]"
+
+    def bad(path: str, message: str) -> None:
+        out.append(Problem(f"{base}.{path}", message, RESOURCE_FLAVOR, name, i))
+
+    labels = entry.get("nodeLabels") or {}
+    if not isinstance(labels, Mapping):
+        bad("nodeLabels", "must be a map of label keys to values")
+        labels = {}
+    if len(labels) > FLAVOR_NODE_LABELS_MAX:
+        bad("nodeLabels", f"has {len(labels)} entries, more than the limit of {FLAVOR_NODE_LABELS_MAX}")
+    else:
+        effective = set(labels)
+        if not entry.get("topologyName"):
+            effective.add(WORKER_LABEL)
+        if len(effective) > KUEUE_FLAVOR_NODE_LABELS_MAX:
+            bad(
+                "nodeLabels",
+                f"results in {len(effective)} ResourceFlavor nodeLabels (including {WORKER_LABEL} when no "
+                f"topologyName is set); Kueue allows at most {KUEUE_FLAVOR_NODE_LABELS_MAX}",
+            )
+    for list_name, limit in (("taints", FLAVOR_TAINTS_MAX), ("tolerations", FLAVOR_TOLERATIONS_MAX)):
+        items = entry.get(list_name) or []
+        if len(items) > limit:
+            bad(list_name, f"has {len(items)} items, more than the limit of {limit}")
+    topology_name = entry.get("topologyName")
+    if topology_name and not _DNS1123_SUBDOMAIN.match(str(topology_name)):
+        bad("topologyName", f"{topology_name!r} is not a valid Topology name")
+
+
+def _check_quantity(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        return f"{value!r} is not a valid quantity"
+    if amount < 0:
+        return f"{value!r} must not be negative"
+    return None
+
+
+def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str], out: list[Problem]) -> None:
+    name = entry_name(entry)
+    base = f"spec.clusterQueues[{i}]"
+
+    def bad(path: str, message: str) -> None:
+        out.append(Problem(f"{base}.{path}", message, CLUSTER_QUEUE, name, i))
+
+    for j, ns in enumerate(entry.get("namespaces") or []):
+        if not isinstance(ns, str) or len(ns) > 63 or not _DNS1123_LABEL.match(ns):
+            bad(f"namespaces[{j}]", f"{ns!r} is not a valid namespace name")
+
+    raw = entry.get("spec") or {}
+    if not isinstance(raw, Mapping):
+        bad("spec", "must be an object")
+        return
+    spec, translation_problems = translate_cluster_queue_spec(raw)
+    for problem in translation_problems:
+        path, _, message = problem.partition(": ")
+        bad(f"spec.{path}", message)
+
+    seen_covered: dict[str, int] = {}
+    seen_flavors: dict[str, int] = {}
+    has_cohort = bool(spec.get("cohortName"))
+    for g, group in enumerate(spec.get("resourceGroups") or []):
+        gpath = f"spec.resourceGroups[{g}]"
+        covered = list(group.get("coveredResources") or [])
+        if not covered:
+            bad(f"{gpath}.coveredResources", "must list at least one resource")
+        for resource in covered:
+            if resource in seen_covered:
+                bad(
+                    f"{gpath}.coveredResources",
+                    f"resource {resource!r} is already covered by spec.resourceGroups[{seen_covered[resource]}]",
+                )
+            else:
+                seen_covered[resource] = g
+        if len(set(covered)) != len(covered):
+            bad(f"{gpath}.coveredResources", "lists a resource more than once")
+        flavors = group.get("flavors") or []
+        if not flavors:
+            bad(f"{gpath}.flavors", "must list at least one flavor")
+        for f, flavor in enumerate(flavors):
+            fpath = f"{gpath}.flavors[{f}]"
+            fname = flavor.get("name")
+            if not fname:
+                bad(f"{fpath}.name", "name is required")
+            elif fname not in flavor_names:
+                bad(f"{fpath}.name", f"flavor {fname!r} is not defined in spec.resourceFlavors")
+            if fname:
+                if fname in seen_flavors:
+                    bad(f"{fpath}.name", f"flavor {fname!r} is used more than once in this ClusterQueue")
+                else:
+                    seen_flavors[fname] = g
+            given = {r.get("name") for r in flavor.get("resources") or []}
+            for resource in covered:
+                if resource not in given:
+                    bad(f"{fpath}.resources", f"missing a quota for covered resource {resource!r}")
+            for r, res in enumerate(flavor.get("resources") or []):
+                rpath = f"{fpath}.resources[{r}]"
+                if res.get("name") not in covered:
+                    continue  # dropped during conversion (not covered)
+                if res.get("nominalQuota") is None:
+                    bad(f"{rpath}.nominalQuota", "is required")
+                for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                    message = _check_quantity(res.get(key))
+                    if message:
+                        bad(f"{rpath}.{key}", message)
+                if res.get("borrowingLimit") is not None and not has_cohort:
+                    bad(f"{rpath}.borrowingLimit", "requires the ClusterQueue to be in a cohort")
+
+
+def _check_priority_class(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
+    value = entry.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        out.append(
+            Problem(
+                f"spec.workloadPriorityClasses[{i}].value",
+                "is required and must be an integer",
+                WORKLOAD_PRIORITY_CLASS,
+                entry_name(entry),
+                i,
+            )
+        )
+    elif not INT32_MIN <= value <= INT32_MAX:
+        out.append(
+            Problem(
+                f"spec.workloadPriorityClasses[{i}].value",
+                f"{value} is outside the 32-bit integer range",
+                WORKLOAD_PRIORITY_CLASS,
+                entry_name(entry),
+                i,
+            )
+        )
+
+
+def _check_topology(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
+    name = entry_name(entry)
+    path = f"spec.topologies[{i}].spec.levels"
+
+    def bad(message: str, sub: str = "") -> None:
+        out.append(Problem(path + sub, message, TOPOLOGY, name, i))
+
+    levels = (entry.get("spec") or {}).get("levels") or []
+    if not 1 <= len(levels) <= TOPOLOGY_LEVELS_MAX:
+        bad(f"must have between 1 and {TOPOLOGY_LEVELS_MAX} levels, has {len(levels)}")
+    labels = [lvl.get("nodeLabel") if isinstance(lvl, Mapping) else None for lvl in levels]
+    for j, label in enumerate(labels):
+        if not label:
+            bad("nodeLabel is required", f"[{j}].nodeLabel")
+        elif labels.index(label) != j:
+            bad(f"level {label!r} is listed more than once", f"[{j}].nodeLabel")
+        elif label == HOSTNAME_LABEL and j != len(labels) - 1:
+            bad(f"{HOSTNAME_LABEL} may only be the last level", f"[{j}].nodeLabel")
+
+
+def validate(spec: Mapping[str, Any] | None) -> list[Problem]:
+    """All problems of a queue-config spec (empty list = valid). Pure."""
+    spec = spec or {}
+    out: list[Problem] = []
+    for list_name in ("resourceFlavors", "clusterQueues", "workloadPriorityClasses", "topologies"):
+        _check_list_entries(spec, list_name, out)
+
+    flavors = [e for e in spec.get("resourceFlavors") or [] if isinstance(e, Mapping)]
+    flavor_names = {entry_name(e) for e in flavors if entry_name(e)}
+    for i, entry in enumerate(spec.get("resourceFlavors") or []):
+        if isinstance(entry, Mapping):
+            _check_flavor(i, entry, out)
+    for i, entry in enumerate(spec.get("clusterQueues") or []):
+        if isinstance(entry, Mapping):
+            _check_cluster_queue(i, entry, flavor_names, out)
+    for i, entry in enumerate(spec.get("workloadPriorityClasses") or []):
+        if isinstance(entry, Mapping):
+            _check_priority_class(i, entry, out)
+    for i, entry in enumerate(spec.get("topologies") or []):
+        if isinstance(entry, Mapping):
+            _check_topology(i, entry, out)
+    return out

@@ -1,0 +1,226 @@
+import copy
+
+from kaiwo_ctrl.queues.kueue import desired_kueue_objects
+from kaiwo_ctrl.queues.plan import object_key, plan_sync
+
+OURS = {"app.kubernetes.io/managed-by": "kaiwo-ctrl", "kaiwo.silogen.ai/queue-config": "kaiwo"}
+
+SPEC = {
+    "resourceFlavors": [{"name": "f", "nodeLabels": {"kaiwo/nodepool": "f"}, "topologyName": "default-topology"}],
+    "clusterQueues": [
+        {
+            "name": "q",
+            "namespaces": ["ns1"],
+            "spec": {
+                "cohort": "kaiwo",
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [{"name": "f", "resources": [
+                            {"name": "cpu", "nominalQuota": "4"}, {"name": "memory", "nominalQuota": "1Gi"}]}],
+                    }
+                ],
+            },
+        }
+    ],
+    "workloadPriorityClasses": [{"metadata": {"name": "high"}, "value": 100}],
+    "topologies": [{"metadata": {"name": "default-topology"}, "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}],
+}
+QC = {"metadata": {"name": "kaiwo", "uid": "qc-uid"}, "spec": SPEC}
+
+
+def desired(spec=SPEC):
+    return desired_kueue_objects({"metadata": {"name": "kaiwo", "uid": "qc-uid"}, "spec": spec}, {"q": "cq-uid"})
+
+
+def as_stored(objs):
+    """Simulate what the apiserver returns: defaults filled in, resourceVersion, uid, quantities re-rendered."""
+    out = []
+    for i, o in enumerate(copy.deepcopy(objs)):
+        o["metadata"]["resourceVersion"] = str(100 + i)
+        o["metadata"]["uid"] = f"uid-{i}"
+        o["metadata"].setdefault("finalizers", ["kueue.x-k8s.io/resource-in-use"])
+        if o["kind"] == "ClusterQueue":
+            s = o["spec"]
+            s["queueingStrategy"] = "BestEffortFIFO"
+            s["stopPolicy"] = "None"
+            s["flavorFungibility"] = {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+            s["preemption"] = {"reclaimWithinCohort": "Never", "withinClusterQueue": "Never",
+                               "borrowWithinCohort": {"policy": "Never"}}
+            res = s["resourceGroups"][0]["flavors"][0]["resources"]
+            res[0]["nominalQuota"] = 4  # "4" stored as int by another writer
+            res[1]["nominalQuota"] = "1073741824"
+        if o["kind"] == "LocalQueue":
+            o["spec"]["stopPolicy"] = "None"
+        o["status"] = {"anything": True}
+        out.append(o)
+    return out
+
+
+def test_identical_cluster_plans_nothing():
+    state = desired()
+    plan = plan_sync(state.objects, as_stored(state.objects), state.hold)
+    assert plan.empty, plan.describe()
+
+
+def test_existing_as_mapping_by_kind():
+    state = desired()
+    stored = as_stored(state.objects)
+    by_kind = {}
+    for o in stored:
+        kind = o.pop("kind")
+        by_kind.setdefault(kind, []).append(o)
+    assert plan_sync(state.objects, by_kind, state.hold).empty
+
+
+def test_empty_cluster_creates_in_dependency_order():
+    state = desired()
+    plan = plan_sync(state.objects, [], state.hold)
+    assert [o["kind"] for o in plan.creates] == [
+        "Topology", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue"]
+    assert not plan.updates and not plan.deletes
+
+
+def test_hand_made_objects_are_never_deleted_and_stale_managed_ones_are():
+    state = desired()
+    stored = as_stored(state.objects)
+    hand_made = [
+        {"kind": "ResourceFlavor", "metadata": {"name": "admin-flavor"}, "spec": {}},
+        {"kind": "ClusterQueue", "metadata": {"name": "admin-cq", "labels": {"team": "x"}}, "spec": {}},
+        {"kind": "LocalQueue", "metadata": {"name": "admin-lq", "namespace": "ns1"}, "spec": {"clusterQueue": "q"}},
+        {"kind": "Topology", "metadata": {"name": "admin-topo",
+                                          "labels": {"app.kubernetes.io/managed-by": "someone-else"}}},
+        # managed by us but for another queue config name: not ours to delete
+        {"kind": "WorkloadPriorityClass", "metadata": {"name": "other", "labels": {
+            "app.kubernetes.io/managed-by": "kaiwo-ctrl", "kaiwo.silogen.ai/queue-config": "other"}}, "value": 1},
+    ]
+    stale = [
+        {"kind": "ResourceFlavor", "metadata": {"name": "old-flavor", "labels": OURS}, "spec": {}},
+        {"kind": "ClusterQueue", "metadata": {"name": "old-cq", "labels": OURS}, "spec": {}},
+        {"kind": "LocalQueue", "metadata": {"name": "q", "namespace": "dropped-ns", "labels": OURS},
+         "spec": {"clusterQueue": "q"}},
+        {"kind": "WorkloadPriorityClass", "metadata": {"name": "old-wpc", "labels": OURS}, "value": 5},
+        {"kind": "Topology", "metadata": {"name": "old-topo", "labels": OURS}, "spec": {"levels": []}},
+    ]
+    plan = plan_sync(state.objects, stored + hand_made + stale, state.hold)
+    assert not plan.creates and not plan.updates
+    assert [object_key(o) for o in plan.deletes] == [
+        ("LocalQueue", "dropped-ns", "q"),
+        ("ClusterQueue", None, "old-cq"),
+        ("WorkloadPriorityClass", None, "old-wpc"),
+        ("ResourceFlavor", None, "old-flavor"),
+        ("Topology", None, "old-topo"),
+    ]
+    assert plan.reasons[("ClusterQueue", None, "old-cq")] == "no longer listed in the queue config"
+
+
+def test_held_objects_are_neither_updated_nor_deleted():
+    # cluster queue "q" now references an undefined flavor: it and its LocalQueues stay as they are
+    good = desired()
+    stored = as_stored(good.objects)
+    broken = copy.deepcopy(SPEC)
+    broken["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][0]["name"] = "nope"
+    state = desired(broken)
+    assert state.problems
+    plan = plan_sync(state.objects, stored, state.hold)
+    assert plan.empty, plan.describe()
+
+
+def test_local_queues_of_queue_without_namespaces_untouched():
+    spec = copy.deepcopy(SPEC)
+    spec["clusterQueues"][0]["namespaces"] = []
+    state = desired(spec)
+    helper_lq = {"kind": "LocalQueue", "metadata": {"name": "q", "namespace": "ns1", "labels": OURS},
+                 "spec": {"clusterQueue": "q"}}
+    stored = [o for o in as_stored(desired().objects) if o["kind"] != "LocalQueue"] + [helper_lq]
+    assert plan_sync(state.objects, stored, state.hold).empty
+
+
+def test_spec_change_updates_existing_object_in_place():
+    state = desired()
+    stored = as_stored(state.objects)
+    spec = copy.deepcopy(SPEC)
+    spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "8"
+    spec["workloadPriorityClasses"][0]["value"] = 200
+    new = desired(spec)
+    plan = plan_sync(new.objects, stored, new.hold)
+    assert [object_key(o) for o in plan.updates] == [
+        ("WorkloadPriorityClass", None, "high"), ("ClusterQueue", None, "q")]
+    wpc, cq = plan.updates
+    assert wpc["value"] == 200
+    assert cq["metadata"]["resourceVersion"] == next(
+        o for o in stored if o["kind"] == "ClusterQueue")["metadata"]["resourceVersion"]
+    assert cq["metadata"]["finalizers"] == ["kueue.x-k8s.io/resource-in-use"]
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "8"
+    assert cq["spec"]["cohortName"] == "kaiwo"
+    assert plan.reasons[("ClusterQueue", None, "q")] == "spec differs"
+
+
+def test_removed_field_is_detected():
+    spec = copy.deepcopy(SPEC)
+    spec["clusterQueues"][0]["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    with_preemption = as_stored(desired(spec).objects)
+    for o in with_preemption:
+        if o["kind"] == "ClusterQueue":
+            o["spec"]["preemption"]["withinClusterQueue"] = "LowerPriority"
+    state = desired()
+    plan = plan_sync(state.objects, with_preemption, state.hold)
+    assert [object_key(o) for o in plan.updates] == [("ClusterQueue", None, "q")]
+
+
+def test_hand_made_object_with_listed_name_is_adopted():
+    state = desired()
+    stored = as_stored(state.objects)
+    for o in stored:
+        if o["kind"] == "WorkloadPriorityClass":
+            o["metadata"]["labels"] = {"team": "x"}
+            o["metadata"].pop("ownerReferences")
+    plan = plan_sync(state.objects, stored, state.hold)
+    (update,) = plan.updates
+    assert update["metadata"]["labels"] == {"team": "x", **OURS}
+    assert update["metadata"]["ownerReferences"][0]["uid"] == "qc-uid"
+    assert plan.reasons[object_key(update)] == "labels, owner reference differ"
+
+
+def test_adopting_object_with_other_controller_keeps_single_controller():
+    state = desired()
+    stored = as_stored(state.objects)
+    other = {"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x-uid", "controller": True}
+    for o in stored:
+        if o["kind"] == "WorkloadPriorityClass":
+            o["metadata"]["ownerReferences"] = [other]
+    (update,) = plan_sync(state.objects, stored, state.hold).updates
+    assert [r.get("controller") for r in update["metadata"]["ownerReferences"]] == [True, False]
+
+
+def test_immutable_changes_plan_recreate():
+    state = desired()
+    stored = as_stored(state.objects)
+    spec = copy.deepcopy(SPEC)
+    spec["topologies"][0]["spec"]["levels"] = [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]
+    spec["resourceFlavors"][0]["nodeLabels"] = {"kaiwo/nodepool": "f", "extra": "1"}
+    new = desired(spec)
+    plan = plan_sync(new.objects, stored, new.hold)
+    assert [object_key(o) for o in plan.recreates] == [("Topology", None, "default-topology"),
+                                                       ("ResourceFlavor", None, "f")]
+    assert not plan.updates and not plan.deletes
+
+
+def test_flavor_without_topology_updates_in_place():
+    spec = copy.deepcopy(SPEC)
+    state = desired(spec)
+    stored = as_stored(state.objects)
+    for o in stored:
+        if o["kind"] == "ResourceFlavor":
+            o["spec"] = {"nodeLabels": {"old": "x"}}  # hand-edited, no topologyName: mutable
+    plan = plan_sync(state.objects, stored, state.hold)
+    assert [object_key(o) for o in plan.updates] == [("ResourceFlavor", None, "f")]
+    assert plan.updates[0]["spec"] == {"nodeLabels": {"kaiwo/nodepool": "f"}, "topologyName": "default-topology"}
+
+
+def test_describe_lists_actions():
+    state = desired()
+    lines = plan_sync(state.objects, [], state.hold).describe()
+    assert lines[0] == "create Topology default-topology: missing"
+    assert "create LocalQueue ns1/q: missing" in lines

@@ -1,0 +1,46 @@
+"""The batch Job of a non-Ray KaiwoJob (§8.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .gpu import GpuPlan
+from .kaiwoobject import KaiwoObject
+from .labels import queue_labels
+from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
+from .storage import StoragePlan
+from .world import World
+
+DEFAULT_TTL_SECONDS = 3600
+
+
+def build_batch_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+    settings = world.settings
+    user = obj.user_spec
+    if user is not None:
+        spec: dict[str, Any] = dict(user.get("spec") or {})  # user metadata is ignored
+        spec.setdefault("template", {})
+    else:
+        spec = {
+            "ttlSecondsAfterFinished": DEFAULT_TTL_SECONDS,
+            "backoffLimit": 0,
+            "template": default_pod_template(
+                "workload", scheduler_name=settings.kube_scheduler_name, dshm_size="1Gi", dangerous=obj.dangerous
+            ),
+        }
+    # The reference only forced backoffLimit > 0 to 0; an unset backoffLimit would
+    # let Kubernetes default it to 6 retries, defeating the same intent, so it is
+    # set to 0 in both cases.
+    spec["backoffLimit"] = 0
+    if spec.get("ttlSecondsAfterFinished") is None:
+        spec["ttlSecondsAfterFinished"] = DEFAULT_TTL_SECONDS
+    template = spec["template"]
+    if obj.entrypoint:
+        apply_entrypoint(template, obj.entrypoint)
+    spec["suspend"] = True
+    decorate_pod_template(
+        template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica)
+    )
+    labels = obj.object_labels()
+    labels.update(queue_labels(obj.queue_name(settings), obj.priority_class))
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": obj.child_metadata(labels), "spec": spec}

@@ -1,0 +1,42 @@
+"""The Deployment of a non-Ray KaiwoService (§9.1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .gpu import GpuPlan
+from .kaiwoobject import KaiwoObject
+from .labels import LABEL_APP, queue_labels
+from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
+from .storage import StoragePlan
+from .world import World
+
+
+def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+    settings = world.settings
+    user = obj.user_spec
+    if user is not None:
+        spec: dict[str, Any] = dict(user.get("spec") or {})
+        spec.setdefault("template", {})
+    else:
+        spec = {
+            "replicas": 1,
+            "selector": {"matchLabels": {}},
+            "template": default_pod_template(
+                "workload", scheduler_name=settings.kube_scheduler_name, dshm_size="1Gi", dangerous=obj.dangerous
+            ),
+        }
+    template = spec["template"]
+    template.setdefault("spec", {})["restartPolicy"] = "Always"
+    selector = spec.setdefault("selector", {})
+    selector.setdefault("matchLabels", {})[LABEL_APP] = obj.name
+    spec["replicas"] = gpu.replicas
+    if obj.entrypoint:
+        apply_entrypoint(template, obj.entrypoint)
+    extra = {LABEL_APP: obj.name, **queue_labels(obj.queue_name(settings), obj.priority_class)}
+    decorate_pod_template(
+        template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica, extra_labels=extra)
+    )
+    labels = dict(template["metadata"]["labels"])
+    labels.update(obj.object_labels())
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": obj.child_metadata(labels), "spec": spec}

@@ -1,0 +1,33 @@
+"""The RayJob of a Ray KaiwoJob (§8.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .gpu import GpuPlan
+from .kaiwoobject import KaiwoObject
+from .labels import queue_labels
+from .podtemplate import normalize_entrypoint
+from .raycluster import decorate_ray_cluster, default_ray_cluster
+from .storage import StoragePlan
+from .world import World
+
+
+def build_ray_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+    user = obj.user_spec
+    if user is not None:
+        spec: dict[str, Any] = dict(user.get("spec") or {})
+        spec.setdefault("rayClusterSpec", default_ray_cluster(obj, world))
+    else:
+        spec = {"shutdownAfterJobFinishes": True, "rayClusterSpec": default_ray_cluster(obj, world)}
+    # Same as the batch Job: no retries, whether backoffLimit was > 0 or unset.
+    spec["backoffLimit"] = 0
+    if obj.entrypoint:
+        spec["entrypoint"] = normalize_entrypoint(obj.entrypoint)
+    # The head template carries the queue/priority labels too (spec §4, §8.3).
+    q = queue_labels(obj.queue_name(world.settings), obj.priority_class)
+    cluster = decorate_ray_cluster(spec["rayClusterSpec"], obj, world, gpu, storage, head_extra_labels=q)
+    labels = dict(cluster["headGroupSpec"]["template"]["metadata"]["labels"])
+    labels.update(obj.object_labels())
+    labels.update(q)
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": obj.child_metadata(labels), "spec": spec}

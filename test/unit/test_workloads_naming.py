@@ -1,0 +1,66 @@
+"""RFC 1123 normalisation, names with suffix, label sets (§4)."""
+
+import pytest
+
+from kaiwo_ctrl.workloads.labels import inherited_labels, object_labels, queue_labels, system_labels
+from kaiwo_ctrl.workloads.naming import name_with_suffix, rfc1123_normalize
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("test@amd.com", "test-amd.com"),
+        ("Test User", "test-user"),
+        ("--a..b--", "a-b"),
+        ("a.-b", "a-b"),
+        ("", ""),
+        (None, ""),
+        ("ÄÖÜ@x", "x"),
+        ("a" * 70, "a" * 63),
+        ("a" * 62 + "-bcd", "a" * 62),
+        ("a" * 62 + ".bcd", "a" * 62),
+    ],
+)
+def test_rfc1123_normalize(value, expected):
+    assert rfc1123_normalize(value) == expected
+
+
+def test_name_with_suffix():
+    assert name_with_suffix("MyJob", "data") == "myjob-data"
+    long = "x" * 63
+    assert name_with_suffix(long, "download") == "x" * 63
+
+
+def test_system_labels():
+    assert system_labels("KaiwoJob", "j", "test@amd.com", "uid-1") == {
+        "kaiwo.silogen.ai/user": "test-amd.com",
+        "kaiwo.silogen.ai/name": "j",
+        "kaiwo.silogen.ai/type": "job",
+        "kaiwo.silogen.ai/run-id": "uid-1",
+    }
+    assert system_labels("KaiwoService", "s", None, None)["kaiwo.silogen.ai/type"] == "service"
+    assert system_labels("KaiwoService", "s", None, None)["kaiwo.silogen.ai/user"] == ""
+
+
+def test_object_labels_drop_queue_keep_managed_and_system_wins():
+    meta = {
+        "name": "j",
+        "uid": "u",
+        "labels": {
+            "kueue.x-k8s.io/queue-name": "other",
+            "kaiwo.silogen.ai/managed": "true",
+            "team": "a",
+            "kaiwo.silogen.ai/name": "spoofed",
+        },
+    }
+    labels = object_labels("KaiwoJob", meta, {"user": "u@x"})
+    assert "kueue.x-k8s.io/queue-name" not in labels
+    assert labels["kaiwo.silogen.ai/managed"] == "true"
+    assert labels["team"] == "a"
+    assert labels["kaiwo.silogen.ai/name"] == "j"
+    assert inherited_labels(None) == {}
+
+
+def test_queue_labels():
+    assert queue_labels("q", None) == {"kueue.x-k8s.io/queue-name": "q"}
+    assert queue_labels("q", "high") == {"kueue.x-k8s.io/queue-name": "q", "kueue.x-k8s.io/priority-class": "high"}

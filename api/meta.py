@@ -206,8 +206,8 @@ RESOURCE_REQUIREMENTS_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string"},
-                    "request": {"type": "string"},
+                    "name": {"type": "string", "description": "Name of a resource claim of the pod."},
+                    "request": {"type": "string", "description": "Request name inside that claim."},
                 },
                 "required": ["name"],
             },

@@ -97,8 +97,20 @@ def _default(schema: dict[str, Any], value: Any) -> None:
             _default(schema["items"], item)
 
 
-def prune(schema: dict[str, Any], value: Any) -> Any:
-    """Return a copy of ``value`` without fields unknown to the schema."""
+def prune(schema: dict[str, Any], value: Any, root: bool = True) -> Any:
+    """Return a copy of ``value`` without fields unknown to the schema.
+
+    At the root, ``metadata`` is kept whole (the apiserver handles ObjectMeta itself).
+    """
+    if root and isinstance(value, dict):
+        out = _prune(schema, {k: v for k, v in value.items() if k != "metadata"})
+        if "metadata" in value:
+            out["metadata"] = copy.deepcopy(value["metadata"])
+        return out
+    return _prune(schema, value)
+
+
+def _prune(schema: dict[str, Any], value: Any) -> Any:
     if isinstance(value, dict):
         if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
             return copy.deepcopy(value)
@@ -107,14 +119,14 @@ def prune(schema: dict[str, Any], value: Any) -> Any:
         out = {}
         for name, item in value.items():
             if props and name in props:
-                out[name] = prune(props[name], item)
+                out[name] = _prune(props[name], item)
             elif isinstance(extra, dict):
-                out[name] = prune(extra, item)
+                out[name] = _prune(extra, item)
             elif schema.get("x-kubernetes-preserve-unknown-fields"):
                 out[name] = copy.deepcopy(item)
         return out
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [prune(schema["items"], item) for item in value]
+        return [_prune(schema["items"], item) for item in value]
     return copy.deepcopy(value)
 
 

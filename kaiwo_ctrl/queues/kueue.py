@@ -260,7 +260,8 @@ def local_queue(
     if cluster_queue_uid:
         ref = owner_reference(KUEUE_API_VERSION, CLUSTER_QUEUE, cluster_queue_name, cluster_queue_uid)
         if not controller:
-            ref["controller"] = False
+            # plain (non-controller) reference, as a workload-created LocalQueue gets
+            del ref["controller"], ref["blockOwnerDeletion"]
         meta["ownerReferences"] = [ref]
     return {
         "apiVersion": KUEUE_API_VERSION,

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 # from Go modules into a cache outside the repository, and extracts the
-# third-party CRDs from the module zips their projects publish. Idempotent: a
-# stamp of the versions and go.sum hashes decides whether anything is rebuilt.
-# Prints the cache directory on the last line of stdout.
+# third-party CRDs from the module zips their projects publish.
+#
+# Idempotent: binaries are keyed by the component versions and go.sum hashes,
+# CRDs by the CRD versions, so changing one never rebuilds the other.
+# The last line of stdout is the assets directory (bin/, crds/, kwok-stages.yaml).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
 . "$here/versions.env"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
-cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}"
-stamp_src=$(cat "$here/versions.env" "$here/k8s/go.sum" "$here/etcd/go.sum" "$0" | sha256sum | cut -c1-12)
-out="$cache_root/envtest/k8s-${K8S_VERSION}-${stamp_src}"
-bin="$out/bin" crds="$out/crds"
+cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}/envtest"
+bin_stamp=$(printf '%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" | cat - "$here/k8s/go.sum" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
+crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$KWOK_VERSION" | sha256sum | cut -c1-12)
+bin="$cache_root/bin-${K8S_VERSION}-${bin_stamp}"
+crds="$cache_root/crds-${crd_stamp}"
+assets="$cache_root/assets-${bin_stamp}-${crd_stamp}"
 log() { echo "[envtest-build] $*" >&2; }
 
 need_bin=0
@@ -38,32 +42,43 @@ if [ "$need_bin" = 1 ]; then
   done
   if [ ! -x "$bin/kwok" ]; then
     log "building kwok ${KWOK_VERSION}"
-    GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+    (cd "$(mktemp -d)" && GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}")
   fi
   log "binaries built in $(( $(date +%s) - t0 ))s"
 fi
 
-modir() { (cd "$(mktemp -d)" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); }
+modir() {
+  (cd "$(mktemp -d)" && go mod download -json "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+if "Dir" not in d:
+    sys.exit("go mod download %s: %s" % (sys.argv[1], d.get("Error")))
+print(d["Dir"])' "$1")
+}
 if [ ! -f "$crds/.done" ]; then
-  rm -rf "$crds"; mkdir -p "$crds"
+  rm -rf "$crds"; mkdir -p "$crds/crds"
   log "extracting third-party CRDs"
   d=$(modir "sigs.k8s.io/kueue@${KUEUE_VERSION}")
   for k in clusterqueues localqueues resourceflavors workloadpriorityclasses workloads admissionchecks cohorts topologies; do
-    cp "$d/config/components/crd/bases/kueue.x-k8s.io_${k}.yaml" "$crds/"
+    cp "$d/config/components/crd/bases/kueue.x-k8s.io_${k}.yaml" "$crds/crds/"
   done
   d=$(modir "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}")
-  for k in rayclusters rayjobs rayservices; do cp "$d/config/crd/bases/ray.io_${k}.yaml" "$crds/"; done
+  for k in rayclusters rayjobs rayservices; do cp "$d/config/crd/bases/ray.io_${k}.yaml" "$crds/crds/"; done
   d=$(modir "github.com/project-codeflare/appwrapper@${APPWRAPPER_VERSION}")
-  cp "$d/config/crd/bases/workload.codeflare.dev_appwrappers.yaml" "$crds/"
+  cp "$d/config/crd/bases/workload.codeflare.dev_appwrappers.yaml" "$crds/crds/"
   d=$(modir "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}")
-  for k in gatewayclasses gateways httproutes; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/"; done
+  for k in gatewayclasses gateways httproutes; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/crds/"; done
   # kwok's stock "fast" stages: node init + heartbeat, pod ready/complete/delete
   d=$(modir "sigs.k8s.io/kwok@${KWOK_VERSION}")
-  : > "$out/kwok-stages.yaml"
+  : > "$crds/kwok-stages.yaml"
   for s in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
-    { cat "$d/kustomize/stage/$s.yaml"; echo; echo "---"; } >> "$out/kwok-stages.yaml"
+    { cat "$d/kustomize/stage/$s.yaml"; echo; echo "---"; } >> "$crds/kwok-stages.yaml"
   done
   chmod -R u+w "$crds"
   touch "$crds/.done"
 fi
-echo "$out"
+mkdir -p "$assets"
+ln -sfn "$bin" "$assets/bin"
+ln -sfn "$crds/crds" "$assets/crds"
+ln -sfn "$crds/kwok-stages.yaml" "$assets/kwok-stages.yaml"
+echo "$assets"

@@ -1,0 +1,3 @@
+from kaiwo_ctrl.cli import main
+
+raise SystemExit(main())

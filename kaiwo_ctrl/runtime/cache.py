@@ -1,0 +1,87 @@
+"""One informer per (resource, namespace, selectors) per process.
+
+Controllers ask the cache for an informer and register handlers on it, so a
+kind watched by three controllers costs one list+watch. Informers must be
+requested before :meth:`Cache.start`; asking for an unknown one afterwards
+starts it too (and the caller should wait for its sync). There is no lazy
+"list everything on first get": reads that are not cached go to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from kaiwo_ctrl.runtime.client import Client, Resource
+from kaiwo_ctrl.runtime.informer import Informer, InformerMetricsHook, Transform, strip_managed_fields
+from kaiwo_ctrl.runtime.store import IndexFunc
+
+_Key = tuple[Resource, str | None, str | None, str | None]
+
+
+class Cache:
+    def __init__(self, client: Client, *, metrics: InformerMetricsHook | None = None, resync_period: float = 10 * 3600):
+        self.client = client
+        self.metrics = metrics
+        self.resync_period = resync_period
+        self._informers: dict[_Key, Informer] = {}
+        self._started = False
+
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = None,
+        indexers: Mapping[str, IndexFunc] | None = None,
+    ) -> Informer:
+        key = (resource, namespace, label_selector, field_selector)
+        inf = self._informers.get(key)
+        if inf is None:
+            inf = Informer(
+                self.client,
+                resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                transform=transform or strip_managed_fields,
+                resync_period=self.resync_period,
+                metrics=self.metrics,
+            )
+            self._informers[key] = inf
+            if self._started:
+                inf.start()
+        elif transform is not None and inf.transform is not transform and inf.transform is not strip_managed_fields:
+            raise ValueError(f"informer for {resource} already has a different transform")
+        elif transform is not None and not self._started:
+            inf.transform = transform
+        for name, fn in (indexers or {}).items():
+            inf.add_indexer(name, fn)
+        return inf
+
+    @property
+    def informers(self) -> list[Informer]:
+        return list(self._informers.values())
+
+    def start(self) -> None:
+        self._started = True
+        for inf in self._informers.values():
+            inf.start()
+
+    async def wait_for_sync(self, timeout: float = 120.0) -> bool:
+        results = await asyncio.gather(*(i.wait_synced(timeout) for i in self._informers.values()))
+        return all(results)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.has_synced for i in self._informers.values())
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(i.stop() for i in self._informers.values()))
+        self._started = False
+
+    def stats(self) -> dict[str, Any]:
+        return {str(i.resource): len(i.store) for i in self._informers.values()}

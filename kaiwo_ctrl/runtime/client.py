@@ -1,0 +1,514 @@
+"""An async Kubernetes client that speaks raw JSON.
+
+kubernetes-asyncio loads the connection settings (kubeconfig, exec plugins,
+in-cluster service account with token refresh); requests go through one
+aiohttp session with orjson bodies, so no generated model classes are built
+on the hot path. Every kind is addressed through a :class:`Resource` (group,
+version, plural, kind, scope); core kinds are listed in
+:mod:`kaiwo_ctrl.runtime.resources` and custom resources are declared the same
+way or discovered.
+
+Writes come in four shapes: create, replace (PUT with resourceVersion, 409 on
+a stale read), patch (merge / JSON / strategic) and server-side apply with a
+field manager. Status has its own subresource calls. :func:`retry_on_conflict`
+re-reads and retries a read-modify-write on 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import orjson
+
+log = logging.getLogger("kaiwo_ctrl.runtime.client")
+
+T = TypeVar("T")
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: group/version/plural, its kind and scope."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_kind(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+    def key(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata", {})
+        ns = meta.get("namespace")
+        return f"{ns}/{meta['name']}" if self.namespaced and ns else meta["name"]
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group or 'core'}/{self.version}"
+
+
+class ApiError(Exception):
+    """An error status from the API server (or a transport failure, status 0)."""
+
+    def __init__(self, status: int, body: Any = None, method: str = "", path: str = "", retry_after: float | None = None):
+        self.status = status
+        self.body = body if isinstance(body, dict) else {}
+        self.reason = self.body.get("reason", "") if self.body else ""
+        self.message = self.body.get("message", "") if self.body else (str(body) if body else "")
+        self.method = method
+        self.path = path
+        self.retry_after = retry_after
+        super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}".strip())
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def invalid(self) -> bool:
+        return self.status == 422
+
+    @property
+    def forbidden(self) -> bool:
+        return self.status == 403
+
+    @property
+    def retriable(self) -> bool:
+        return self.status in (0, 429, 500, 502, 503, 504) or self.conflict
+
+
+@dataclass
+class RestConfig:
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    token: str | None = None
+    token_hook: Callable[[], Awaitable[str | None]] | None = None
+
+    @classmethod
+    async def load(cls, kubeconfig: str | None = None, context: str | None = None) -> "RestConfig":
+        """kubeconfig (explicit path, $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
+        import os
+
+        from kubernetes_asyncio import client as kclient
+        from kubernetes_asyncio import config as kconfig
+
+        cfg = kclient.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        home_cfg = os.path.expanduser("~/.kube/config")
+        if path or (not os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(home_cfg)):
+            await kconfig.load_kube_config(config_file=path or home_cfg, context=context, client_configuration=cfg)
+        else:
+            kconfig.load_incluster_config(client_configuration=cfg)
+
+        async def token() -> str | None:
+            value = await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+            return value or None
+
+        has_token = bool(cfg.api_key) or cfg.refresh_api_key_hook is not None
+        return cls(
+            host=cfg.host.rstrip("/"),
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            verify=cfg.verify_ssl,
+            token_hook=token if has_token else None,
+        )
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not self.host.startswith("https"):
+            return False
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, keyfile=self.key_file)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
+
+
+class Client:
+    """Raw-JSON async client. One per process; safe to share between tasks."""
+
+    def __init__(
+        self,
+        config: RestConfig,
+        *,
+        field_manager: str = "kaiwo-ctrl",
+        user_agent: str = "kaiwo-ctrl",
+        max_connections: int = 256,
+        request_timeout: float = 60.0,
+    ) -> None:
+        self.config = config
+        self.field_manager = field_manager
+        self.user_agent = user_agent
+        self.request_timeout = request_timeout
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self.hooks: list[RequestHook] = []
+        #: requests by HTTP method since start (tests and benchmarks read this)
+        self.counts: Counter[str] = Counter()
+
+    @classmethod
+    async def from_kubeconfig(cls, kubeconfig: str | None = None, **kw: Any) -> "Client":
+        return cls(await RestConfig.load(kubeconfig), **kw)
+
+    def _sess(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections,
+                ssl=self.config.ssl_context(),
+                keepalive_timeout=60,
+                enable_cleanup_closed=True,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+                read_bufsize=2**21,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def writes(self) -> int:
+        return sum(n for m, n in self.counts.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        h = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if content_type:
+            h["Content-Type"] = content_type
+        if self.config.token_hook is not None:
+            tok = await self.config.token_hook()
+            if tok:
+                h["Authorization"] = tok if tok.lower().startswith("bearer ") else f"Bearer {tok}"
+        elif self.config.token:
+            h["Authorization"] = f"Bearer {self.config.token}"
+        return h
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        url = self.config.host + path
+        if params:
+            url += "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else orjson.dumps(body)
+            content_type = content_type or "application/json"
+        headers = await self._headers(content_type)
+        self.counts[method] += 1
+        t0 = time.monotonic()
+        status = 0
+        try:
+            async with self._sess().request(
+                method, url, data=data, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout)
+            ) as resp:
+                status = resp.status
+                raw = await resp.read()
+                if status >= 400:
+                    retry_after = resp.headers.get("Retry-After")
+                    raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
+                return _loads(raw) if raw else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
+        finally:
+            dt = time.monotonic() - t0
+            for hook in self.hooks:
+                hook(method, path, status, dt)
+
+    # ------------------------------------------------------------ verbs
+    async def get(self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None) -> dict:
+        return await self.request("GET", res.path(namespace, name, subresource))
+
+    async def get_or_none(self, res: Resource, name: str, namespace: str | None = None) -> dict | None:
+        try:
+            return await self.get(res, name, namespace)
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        timeout: float | None = None,
+    ) -> dict:
+        params = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version,
+            "resourceVersionMatch": resource_version_match,
+            "limit": limit,
+            "continue": continue_,
+        }
+        return await self.request("GET", res.path(namespace), params=params, timeout=timeout)
+
+    async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[list[dict], str]:
+        """A consistent paged list: all items and the list's resourceVersion."""
+        items: list[dict] = []
+        cont: str | None = None
+        while True:
+            out = await self.list(res, namespace, limit=page, continue_=cont, **kw)
+            items.extend(out.get("items") or [])
+            cont = out.get("metadata", {}).get("continue")
+            if not cont:
+                return items, out.get("metadata", {}).get("resourceVersion", "")
+
+    async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
+        ns = namespace or obj.get("metadata", {}).get("namespace")
+        return await self.request("POST", res.path(ns), body=_with_type(res, obj), params={"fieldManager": self.field_manager})
+
+    async def replace(self, res: Resource, obj: Mapping[str, Any], subresource: str | None = None) -> dict:
+        meta = obj["metadata"]
+        return await self.request(
+            "PUT",
+            res.path(meta.get("namespace"), meta["name"], subresource),
+            body=_with_type(res, obj),
+            params={"fieldManager": self.field_manager},
+        )
+
+    async def replace_status(self, res: Resource, obj: Mapping[str, Any]) -> dict:
+        return await self.replace(res, obj, "status")
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        force: bool | None = None,
+        field_manager: str | None = None,
+    ) -> dict:
+        params: dict[str, Any] = {"fieldManager": field_manager or self.field_manager}
+        if force is not None:
+            params["force"] = force
+        return await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            body=patch,
+            content_type=PATCH_TYPES[patch_type],
+            params=params,
+        )
+
+    async def patch_status(self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> dict:
+        return await self.patch(res, name, patch, namespace, subresource="status", **kw)
+
+    async def apply(
+        self,
+        res: Resource,
+        obj: Mapping[str, Any],
+        *,
+        force: bool = True,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> dict:
+        """Server-side apply ``obj`` (a partial object holding only the fields we own)."""
+        meta = obj["metadata"]
+        return await self.patch(
+            res,
+            meta["name"],
+            _with_type(res, obj),
+            meta.get("namespace") if res.namespaced else None,
+            patch_type="apply",
+            subresource=subresource,
+            force=force,
+            field_manager=field_manager,
+        )
+
+    async def apply_status(self, res: Resource, obj: Mapping[str, Any], **kw: Any) -> dict:
+        return await self.apply(res, obj, subresource="status", **kw)
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation: str | None = "Background",
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> dict | None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        pre = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if pre:
+            body["preconditions"] = pre
+        try:
+            return await self.request("DELETE", res.path(namespace, name), body=body)
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+        allow_bookmarks: bool = True,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        inactivity_timeout: float = 90.0,
+    ) -> AsyncIterator[dict]:
+        """Stream watch events as dicts ``{"type": ..., "object": {...}}``.
+
+        Lines are split on raw bytes (objects can be megabytes), and a stream
+        that delivers nothing for ``inactivity_timeout`` seconds is treated
+        as dead: with bookmarks on, the server talks at least once a minute.
+        """
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": timeout_seconds,
+            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+        }
+        path = res.path(namespace)
+        url = self.config.host + path + "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+        headers = await self._headers(None)
+        self.counts["WATCH"] += 1
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)
+        try:
+            async with self._sess().get(url, headers=headers, timeout=timeout) as resp:
+                for hook in self.hooks:
+                    hook("WATCH", path, resp.status, 0.0)
+                if resp.status >= 400:
+                    raise ApiError(resp.status, _loads(await resp.read()), "WATCH", path)
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    while True:
+                        i = buf.find(b"\n")
+                        if i < 0:
+                            break
+                        line, buf = buf[:i], buf[i + 1 :]
+                        if line.strip():
+                            yield orjson.loads(line)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
+
+    async def server_version(self) -> dict:
+        return await self.request("GET", "/version")
+
+
+def _param(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _loads(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"message": raw[:2000].decode(errors="replace")}
+
+
+def _with_type(res: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    if obj.get("apiVersion") and obj.get("kind"):
+        return obj
+    return {"apiVersion": res.api_version, "kind": res.kind, **obj}
+
+
+async def retry_on_conflict(
+    fn: Callable[[], Awaitable[T]], attempts: int = 5, base_delay: float = 0.01, max_delay: float = 1.0
+) -> T:
+    """Run a read-modify-write ``fn`` again on 409 Conflict, with jittered backoff.
+
+    ``fn`` must re-read the object itself on every call: retrying a write with
+    the same stale resourceVersion can only fail again.
+    """
+    delay = base_delay
+    for attempt in range(attempts):
+        try:
+            return await fn()
+        except ApiError as e:
+            if not e.conflict or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, max_delay)
+    raise AssertionError("unreachable")  # pragma: no cover

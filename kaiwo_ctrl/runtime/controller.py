@@ -1,0 +1,207 @@
+"""A controller: event sources -> predicates -> handlers -> workqueue -> workers.
+
+The reconcile function receives only a :class:`Request` (namespace/name),
+reads current state from the cache, and returns a :class:`Result` or
+``None``. Result handling follows framework-design-notes §2.2:
+
+* exception (not terminal) -> ``add_rate_limited`` (exponential backoff);
+* :class:`TerminalError` -> not retried;
+* ``requeue_after`` -> ``forget`` then ``add_after``;
+* ``requeue`` -> ``add_rate_limited``;
+* nothing -> ``forget``.
+
+A 409 Conflict is an ordinary retry, but it is requeued quickly and logged at
+debug level: it only means our cache was a moment behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kaiwo_ctrl.runtime.client import ApiError
+from kaiwo_ctrl.runtime.handler import EnqueueMapped, EnqueueObject, EnqueueOwner, Request
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.logging import log_context
+from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.predicate import Predicate
+from kaiwo_ctrl.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+from kaiwo_ctrl.runtime.workqueue import WorkQueue
+
+log = logging.getLogger("kaiwo_ctrl.runtime.controller")
+
+
+@dataclass(frozen=True)
+class Result:
+    requeue_after: float = 0.0
+    requeue: bool = False
+
+
+class TerminalError(Exception):
+    """A reconcile error that retrying cannot fix (reported, not requeued)."""
+
+
+Reconciler = Callable[[Request], Awaitable[Result | None]]
+
+
+class Controller:
+    def __init__(
+        self,
+        name: str,
+        reconcile: Reconciler,
+        *,
+        workers: int = 1,
+        rate_limiter: RateLimiter | None = None,
+        metrics: Metrics | None = None,
+        tracer: Any = None,
+        conflict_requeue: float = 0.05,
+    ) -> None:
+        self.name = name
+        self.reconcile = reconcile
+        self.workers = workers
+        self.metrics = metrics
+        self.tracer = tracer
+        self.conflict_requeue = conflict_requeue
+        self.queue: WorkQueue[Request] = WorkQueue(
+            name,
+            rate_limiter=rate_limiter or default_controller_rate_limiter(),
+            metrics=metrics.workqueue(name) if metrics else None,
+        )
+        self._sources: list[tuple[Informer, Any]] = []
+        self._tasks: list[asyncio.Task] = []
+        self.started = False
+        self.reconciles = 0
+        self.active = 0
+
+    # ------------------------------------------------------------- wiring
+    def enqueue(self, req: Request) -> None:
+        self.queue.add(req)
+
+    def for_(self, informer: Informer, predicates: Sequence[Predicate] = ()) -> "Controller":
+        """Reconcile the objects of this informer themselves."""
+        return self._watch(informer, EnqueueObject(self.enqueue, predicates))
+
+    def owns(
+        self, informer: Informer, owner_group: str, owner_kind: str, *, owner_namespaced: bool = True, predicates: Sequence[Predicate] = ()
+    ) -> "Controller":
+        """Reconcile the controller owner of each object of this informer."""
+        return self._watch(informer, EnqueueOwner(self.enqueue, owner_group, owner_kind, owner_namespaced, predicates))
+
+    def watches(
+        self, informer: Informer, map_fn: Callable[[Any], Iterable[Request]], predicates: Sequence[Predicate] = ()
+    ) -> "Controller":
+        """Reconcile whatever ``map_fn`` maps each object of this informer to."""
+        return self._watch(informer, EnqueueMapped(self.enqueue, map_fn, predicates))
+
+    def _watch(self, informer: Informer, handler: Any) -> "Controller":
+        self._sources.append((informer, handler))
+        if self.started:
+            informer.add_handler(handler)
+        return self
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [i for i, _ in self._sources]
+
+    # ---------------------------------------------------------------- run
+    async def start(self, sync_timeout: float = 120.0) -> None:
+        """Register handlers, wait until every source is synced, start the workers."""
+        if self.started:
+            return
+        self.started = True
+        if self.metrics:
+            self.metrics.register_controller(self.name, self.workers)
+        for informer, handler in self._sources:
+            informer.add_handler(handler)
+        results = await asyncio.gather(*(i.wait_synced(sync_timeout) for i, _ in self._sources))
+        if not all(results):
+            raise TimeoutError(f"controller {self.name}: caches did not sync within {sync_timeout}s")
+        self._tasks = [asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+        log.info("controller started", extra={"controller": self.name, "workers": self.workers})
+
+    async def stop(self, drain_timeout: float = 30.0) -> None:
+        self.queue.shutdown()
+        if self._tasks:
+            done, pending = await asyncio.wait(self._tasks, timeout=drain_timeout)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._tasks = []
+
+    async def _worker(self) -> None:
+        while True:
+            req = await self.queue.get()
+            if req is None:
+                return
+            try:
+                await self._process(req)
+            finally:
+                self.queue.done(req)
+
+    async def _process(self, req: Request) -> None:
+        rid = uuid.uuid4().hex[:16]
+        t0 = time.monotonic()
+        result_label = "success"
+        self.active += 1
+        if self.metrics:
+            self.metrics.active_workers.labels(controller=self.name).inc()
+        span = self.tracer.start_as_current_span(f"reconcile {self.name}") if self.tracer else None
+        try:
+            with log_context(controller=self.name, namespace=req.namespace, name=req.name, reconcileID=rid):
+                if span is not None:
+                    with span as s:
+                        s.set_attribute("k8s.namespace", req.namespace)
+                        s.set_attribute("k8s.name", req.name)
+                        result_label = await self._reconcile_one(req)
+                else:
+                    result_label = await self._reconcile_one(req)
+        finally:
+            self.active -= 1
+            self.reconciles += 1
+            if self.metrics:
+                self.metrics.active_workers.labels(controller=self.name).dec()
+                self.metrics.reconcile_total.labels(controller=self.name, result=result_label).inc()
+                self.metrics.reconcile_time.labels(controller=self.name).observe(time.monotonic() - t0)
+
+    async def _reconcile_one(self, req: Request) -> str:
+        try:
+            res = await self.reconcile(req)
+        except TerminalError as e:
+            log.error("reconcile failed permanently", extra={"error": str(e)})
+            if self.metrics:
+                self.metrics.reconcile_errors.labels(controller=self.name).inc()
+                self.metrics.terminal_reconcile_errors.labels(controller=self.name).inc()
+            return "error"
+        except ApiError as e:
+            if self.metrics:
+                self.metrics.reconcile_errors.labels(controller=self.name).inc()
+            if e.conflict:
+                log.debug("conflict, requeueing", extra={"error": str(e)})
+                self.queue.add_after(req, self.conflict_requeue)
+            else:
+                log.warning("reconcile error", extra={"error": str(e), "requeues": self.queue.num_requeues(req)})
+                self.queue.add_rate_limited(req)
+            return "error"
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in one reconcile must not kill the worker
+            log.exception("reconcile raised", extra={"error": repr(e)})
+            if self.metrics:
+                self.metrics.reconcile_errors.labels(controller=self.name).inc()
+                self.metrics.reconcile_panics.labels(controller=self.name).inc()
+            self.queue.add_rate_limited(req)
+            return "error"
+        if res is not None and res.requeue_after > 0:
+            self.queue.forget(req)
+            self.queue.add_after(req, res.requeue_after)
+            return "requeue_after"
+        if res is not None and res.requeue:
+            self.queue.add_rate_limited(req)
+            return "requeue"
+        self.queue.forget(req)
+        return "success"

@@ -1,0 +1,350 @@
+"""Shared informer: one list+watch of one kind, a cache, and event dispatch.
+
+The reflector loop lists, replaces the store, then watches from the list's
+resourceVersion, applying each event to the store *before* telling the
+handlers. Semantics kept from client-go's reflector (see
+framework-design-notes §3):
+
+* bookmarks requested; the last-seen resourceVersion advances on every event;
+* a watch that ends normally is resumed from that resourceVersion, no relist;
+* 410 Gone (on a watch or a list) leads to a relist, at ``""`` (quorum read)
+  when the remembered version is too old;
+* other failures back off exponentially (0.8 s doubling to 30 s, jittered,
+  reset after 2 minutes of health) and relist;
+* after a relist, objects that vanished are delivered as deletes flagged
+  ``tombstone`` (we did not see their final state);
+* a stream silent for longer than the inactivity timeout is treated as dead;
+* resync re-delivers every cached object as an update with old is new.
+
+Handlers run synchronously on the informer task and must only enqueue keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key
+
+log = logging.getLogger("kaiwo_ctrl.runtime.informer")
+
+Transform = Callable[[Obj], Obj]
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """Default transform: drop what no controller reads but costs memory."""
+    meta = obj.get("metadata")
+    if meta:
+        meta.pop("managedFields", None)
+        ann = meta.get("annotations")
+        if ann and "kubectl.kubernetes.io/last-applied-configuration" in ann:
+            del ann["kubectl.kubernetes.io/last-applied-configuration"]
+            if not ann:
+                del meta["annotations"]
+    return obj
+
+
+class EventHandler(Protocol):
+    def on_add(self, obj: Obj, initial: bool) -> None: ...
+
+    def on_update(self, old: Obj, new: Obj) -> None: ...
+
+    def on_delete(self, obj: Obj, tombstone: bool) -> None: ...
+
+
+@dataclass
+class Registration:
+    handler: EventHandler
+    synced: bool = False
+
+
+class InformerMetricsHook(Protocol):
+    def informer_event(self, kind: str, event_type: str) -> None: ...
+
+    def informer_objects(self, kind: str, count: int) -> None: ...
+
+    def informer_relist(self, kind: str, reason: str) -> None: ...
+
+    def informer_watch_restart(self, kind: str, reason: str) -> None: ...
+
+
+class Backoff:
+    """Exponential backoff with jitter, reset after a healthy interval."""
+
+    def __init__(self, initial: float = 0.8, factor: float = 2.0, cap: float = 30.0, reset_after: float = 120.0, jitter: float = 1.0):
+        self.initial, self.factor, self.cap, self.reset_after, self.jitter = initial, factor, cap, reset_after, jitter
+        self._current = initial
+        self._last_failure = 0.0
+
+    def next(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        if self._last_failure and now - self._last_failure > self.reset_after:
+            self._current = self.initial
+        self._last_failure = now
+        delay = self._current * (1 + random.random() * self.jitter)
+        self._current = min(self._current * self.factor, self.cap)
+        return min(delay, self.cap * (1 + self.jitter))
+
+
+class Informer:
+    def __init__(
+        self,
+        client: Client,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = strip_managed_fields,
+        resync_period: float = 10 * 3600,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        watch_timeout: tuple[int, int] = (300, 600),
+        inactivity_timeout: float = 90.0,
+        metrics: InformerMetricsHook | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.transform = transform
+        self.resync_period = resync_period * random.uniform(0.9, 1.1) if resync_period else 0
+        self.store = Store(indexers)
+        self.watch_timeout = watch_timeout
+        self.inactivity_timeout = inactivity_timeout
+        self.metrics = metrics
+        self.name = resource.kind
+        self._handlers: list[Registration] = []
+        self._synced = asyncio.Event()
+        self.last_sync_rv = ""
+        self.last_event_at = 0.0
+        self.last_error: str | None = None
+        self.relists = 0
+        self.watch_restarts = 0
+        self._task: asyncio.Task | None = None
+        self._backoff = Backoff()
+
+    # ------------------------------------------------------------ handlers
+    def add_handler(self, handler: EventHandler) -> Registration:
+        """Register a handler; it receives synthetic adds for what is already cached."""
+        reg = Registration(handler)
+        self._handlers.append(reg)
+        if self.has_synced:
+            for obj in self.store:
+                self._safe(handler.on_add, obj, True)
+            reg.synced = True
+        return reg
+
+    def add_indexer(self, name: str, fn: IndexFunc) -> None:
+        self.store.add_indexer(name, fn)
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self._synced.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    # ---------------------------------------------------------------- run
+    def start(self) -> asyncio.Task:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name=f"informer:{self.resource}")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+            self._task = None
+
+    async def run(self) -> None:
+        resync = asyncio.create_task(self._resync_loop()) if self.resync_period else None
+        try:
+            rv_for_list = "0"
+            while True:
+                try:
+                    await self._list_and_replace(rv_for_list)
+                    await self._watch_loop()
+                    rv_for_list = self.last_sync_rv  # watch ended by an error: relist not older than what we saw
+                except ApiError as e:
+                    self.last_error = str(e)
+                    if e.gone:
+                        rv_for_list = ""
+                        reason = "expired"
+                    else:
+                        reason = "error"
+                    if self.metrics:
+                        self.metrics.informer_relist(self.name, reason)
+                    delay = 0.0 if e.gone else self._backoff.next()
+                    log.info(
+                        "informer relisting",
+                        extra={"kind": self.name, "reason": reason, "error": str(e)[:300], "delay": round(delay, 3)},
+                    )
+                    if delay:
+                        await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - keep the informer alive whatever happens
+                    self.last_error = repr(e)
+                    log.exception("informer loop failed", extra={"kind": self.name})
+                    await asyncio.sleep(self._backoff.next())
+                    rv_for_list = ""
+        finally:
+            if resync:
+                resync.cancel()
+
+    async def _list_and_replace(self, rv: str) -> None:
+        kw: dict[str, Any] = {"label_selector": self.label_selector, "field_selector": self.field_selector}
+        try:
+            if rv:
+                out = await self.client.list(
+                    self.resource,
+                    self.namespace,
+                    resource_version=rv,
+                    resource_version_match="NotOlderThan" if rv != "0" else None,
+                    timeout=300,
+                    **kw,
+                )
+                items, list_rv = out.get("items") or [], out.get("metadata", {}).get("resourceVersion", "")
+            else:
+                items, list_rv = await self.client.list_all(self.resource, self.namespace, timeout=300, **kw)
+        except ApiError as e:
+            if e.gone and rv:
+                items, list_rv = await self.client.list_all(self.resource, self.namespace, timeout=300, **kw)
+            else:
+                raise
+        self.relists += 1
+        self._replace(items)
+        self.last_sync_rv = list_rv
+        self.last_event_at = time.monotonic()
+        if not self.has_synced:
+            self._synced.set()
+            for reg in self._handlers:
+                reg.synced = True
+
+    def _replace(self, items: list[Obj]) -> None:
+        """Swap in a fresh list: adds, updates (only where the RV moved), tombstone deletes."""
+        initial = not self.has_synced
+        seen: set[str] = set()
+        kind = self.resource.kind
+        api_version = self.resource.api_version
+        for obj in items:
+            obj.setdefault("kind", kind)
+            obj.setdefault("apiVersion", api_version)
+            if self.transform:
+                obj = self.transform(obj)
+            key = object_key(obj)
+            seen.add(key)
+            old = self.store.put(obj)
+            if old is None:
+                self._dispatch("on_add", obj, initial)
+            elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
+                self._dispatch("on_update", old, obj)
+        for key in [k for k in self.store.keys() if k not in seen]:
+            old = self.store.delete(key)
+            if old is not None:
+                self._dispatch("on_delete", old, True)
+        if self.metrics:
+            self.metrics.informer_objects(self.name, len(self.store))
+
+    async def _watch_loop(self) -> None:
+        """Watch until an error; normal server-side ends resume from the last RV."""
+        while True:
+            started = time.monotonic()
+            events = 0
+            stream = self.client.watch(
+                self.resource,
+                self.namespace,
+                resource_version=self.last_sync_rv,
+                timeout_seconds=random.randint(*self.watch_timeout),
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                inactivity_timeout=self.inactivity_timeout,
+            )
+            try:
+                async for ev in stream:
+                    events += 1
+                    self._handle(ev)
+            finally:
+                await stream.aclose()
+            self.watch_restarts += 1
+            if self.metrics:
+                self.metrics.informer_watch_restart(self.name, "closed")
+            if events == 0 and time.monotonic() - started < 1.0:
+                raise ApiError(0, "very short watch", "WATCH", str(self.resource))
+
+    def _handle(self, ev: Mapping[str, Any]) -> None:
+        typ = ev.get("type")
+        obj = ev.get("object") or {}
+        self.last_event_at = time.monotonic()
+        if self.metrics:
+            self.metrics.informer_event(self.name, str(typ))
+        if typ == "ERROR":
+            raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
+        rv = obj.get("metadata", {}).get("resourceVersion")
+        if typ == "BOOKMARK":
+            if rv:
+                self.last_sync_rv = rv
+            return
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
+        if self.transform:
+            obj = self.transform(obj)
+        if typ == "ADDED" or typ == "MODIFIED":
+            old = self.store.put(obj)
+            if old is None:
+                self._dispatch("on_add", obj, False)
+            else:
+                self._dispatch("on_update", old, obj)
+        elif typ == "DELETED":
+            self.store.delete(object_key(obj))
+            self._dispatch("on_delete", obj, False)
+        if rv:
+            self.last_sync_rv = rv
+        if self.metrics and typ in ("ADDED", "DELETED"):
+            self.metrics.informer_objects(self.name, len(self.store))
+
+    def _dispatch(self, method: str, *args: Any) -> None:
+        for reg in self._handlers:
+            self._safe(getattr(reg.handler, method), *args)
+
+    @staticmethod
+    def _safe(fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - one broken handler must not stop the informer
+            log.exception("event handler failed")
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_period)
+            if self.has_synced:
+                for obj in self.store:
+                    self._dispatch("on_update", obj, obj)
+
+    # --------------------------------------------------------------- reads
+    def get(self, name: str, namespace: str | None = None) -> Obj | None:
+        return self.store.get_by(name, namespace if self.resource.namespaced else None)
+
+    def list(self, namespace: str | None = None) -> list[Obj]:
+        return self.store.list(namespace)
+
+    def by_index(self, index: str, value: str) -> list[Obj]:
+        return self.store.by_index(index, value)
+
+    def stalled_for(self) -> float:
+        """Seconds since the last list or watch event (bookmarks included)."""
+        return time.monotonic() - self.last_event_at if self.last_event_at else 0.0

@@ -1,0 +1,282 @@
+"""The manager: owns the client, the shared cache, controllers and probes.
+
+Start order (framework-design-notes §10): HTTP servers (probes, metrics) ->
+informers, wait for sync -> leader election -> leader-only runnables
+(controllers and background tasks). Shutdown runs the other way round within
+a 30 s budget. Losing the lease raises :class:`LeadershipLost` at once, with no
+graceful phase: another replica may already be acting.
+
+Readiness means "caches synced and no watch silent for too long"; it does
+not depend on being leader, so standbys are Ready too. ``/healthz`` fails when
+a leader has not renewed its lease for longer than the lease allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from kaiwo_ctrl.runtime.cache import Cache
+from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.controller import Controller
+from kaiwo_ctrl.runtime.events import EventRecorder
+from kaiwo_ctrl.runtime.leaderelection import LeaderElector
+from kaiwo_ctrl.runtime.metrics import Metrics
+
+log = logging.getLogger("kaiwo_ctrl.runtime.manager")
+
+Check = Callable[[], "str | None"]  # None = ok, else the failure reason
+Runnable = Callable[[], Awaitable[None]]
+
+
+class LeadershipLost(RuntimeError):
+    pass
+
+
+@dataclass
+class LeaderElectionConfig:
+    name: str
+    namespace: str
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = True
+    identity: str | None = None
+
+
+def _parse_addr(addr: str | None) -> tuple[str, int] | None:
+    if not addr or addr == "0":
+        return None
+    host, _, port = addr.rpartition(":")
+    return (host or "0.0.0.0", int(port))
+
+
+@dataclass
+class Manager:
+    client: Client
+    metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=True))
+    metrics_addr: str | None = ":8080"
+    health_addr: str | None = ":8081"
+    leader_election: LeaderElectionConfig | None = None
+    shutdown_timeout: float = 30.0
+    cache_sync_timeout: float = 120.0
+    stall_threshold: float = 600.0
+    component: str = "kaiwo-ctrl"
+
+    def __post_init__(self) -> None:
+        self.cache = Cache(self.client, metrics=self.metrics)
+        self.recorder = EventRecorder(self.client, self.component)
+        self.controllers: list[Controller] = []
+        self._leader_runnables: list[tuple[str, Runnable]] = []
+        self._health: dict[str, Check] = {"ping": lambda: None}
+        self._ready: dict[str, Check] = {"ping": lambda: None, "informers-synced": self._check_synced, "watches": self._check_stalls}
+        self.elector: LeaderElector | None = None
+        self.is_leader = asyncio.Event()
+        self.ready = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._runner_metrics: web.AppRunner | None = None
+        self.bound: dict[str, int] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._hook_rest_metrics()
+
+    # --------------------------------------------------------------- wiring
+    def add_controller(self, c: Controller) -> Controller:
+        if any(x.name == c.name for x in self.controllers):
+            raise ValueError(f"duplicate controller name {c.name!r}")
+        self.controllers.append(c)
+        return c
+
+    def new_controller(self, name: str, reconcile, **kw) -> Controller:
+        return self.add_controller(Controller(name, reconcile, metrics=self.metrics, **kw))
+
+    def add_leader_runnable(self, name: str, fn: Runnable) -> None:
+        """A background task that only the leader runs (after caches sync)."""
+        self._leader_runnables.append((name, fn))
+
+    def add_healthz_check(self, name: str, check: Check) -> None:
+        self._health[name] = check
+
+    def add_readyz_check(self, name: str, check: Check) -> None:
+        self._ready[name] = check
+
+    def _hook_rest_metrics(self) -> None:
+        host = self.client.config.host.split("://", 1)[-1]
+
+        def hook(method: str, path: str, status: int, seconds: float) -> None:
+            self.metrics.rest_client_requests.labels(code=str(status or "<error>"), method=method, host=host).inc()
+            if method != "WATCH":
+                self.metrics.rest_client_request_duration.labels(verb=method, host=host).observe(seconds)
+
+        self.client.hooks.append(hook)
+
+    # --------------------------------------------------------------- checks
+    def _check_synced(self) -> str | None:
+        missing = [str(i.resource) for i in self.cache.informers if not i.has_synced]
+        return f"not synced: {', '.join(missing)}" if missing else None
+
+    def _check_stalls(self) -> str | None:
+        stalled = [str(i.resource) for i in self.cache.informers if i.has_synced and i.stalled_for() > self.stall_threshold]
+        return f"no watch traffic for {self.stall_threshold:.0f}s: {', '.join(stalled)}" if stalled else None
+
+    def _check_lease(self) -> str | None:
+        if self.elector is not None and not self.elector.healthy():
+            return "leader lease not renewed in time"
+        return None
+
+    # ----------------------------------------------------------------- http
+    async def _probe(self, checks: dict[str, Check], request: web.Request) -> web.Response:
+        only = request.match_info.get("check")
+        exclude = set(request.query.getall("exclude", []))
+        lines, ok = [], True
+        for name, fn in checks.items():
+            if (only and name != only) or name in exclude:
+                continue
+            try:
+                err = fn()
+            except Exception as e:  # noqa: BLE001
+                err = repr(e)
+            if err:
+                ok = False
+                lines.append(f"[-]{name} failed: {err}")
+            else:
+                lines.append(f"[+]{name} ok")
+        if only and not lines:
+            return web.Response(status=404, text=f"no check {only}\n")
+        if ok and "verbose" not in request.query:
+            return web.Response(text="ok")
+        body = "\n".join(lines) + ("\nhealthz check passed\n" if ok else "\nhealthz check failed\n")
+        return web.Response(status=200 if ok else 500, text=body)
+
+    async def _start_http(self) -> None:
+        health = _parse_addr(self.health_addr)
+        metrics = _parse_addr(self.metrics_addr)
+        self.add_healthz_check("leader-lease", self._check_lease)
+
+        async def hz(req: web.Request) -> web.Response:
+            return await self._probe(self._health, req)
+
+        async def rz(req: web.Request) -> web.Response:
+            return await self._probe(self._ready, req)
+
+        async def mx(req: web.Request) -> web.Response:
+            return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+        async def serve(addr: tuple[str, int], routes: list[web.RouteDef], label: str) -> web.AppRunner:
+            app = web.Application()
+            app.add_routes(routes)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, addr[0], addr[1], reuse_address=True)
+            await site.start()
+            sock = site._server.sockets[0]  # type: ignore[union-attr]
+            self.bound[label] = sock.getsockname()[1]
+            return runner
+
+        probe_routes = [web.get("/healthz", hz), web.get("/healthz/{check}", hz), web.get("/readyz", rz), web.get("/readyz/{check}", rz)]
+        if health and metrics and health == metrics:
+            self._runner = await serve(health, probe_routes + [web.get("/metrics", mx)], "health")
+            self.bound["metrics"] = self.bound["health"]
+            return
+        if health:
+            self._runner = await serve(health, probe_routes, "health")
+        if metrics:
+            self._runner_metrics = await serve(metrics, [web.get("/metrics", mx)], "metrics")
+
+    async def _stop_http(self) -> None:
+        for r in (self._runner, self._runner_metrics):
+            if r is not None:
+                await r.cleanup()
+
+    # ------------------------------------------------------------------ run
+    async def start_cache(self) -> None:
+        self.cache.start()
+        if not await self.cache.wait_for_sync(self.cache_sync_timeout):
+            raise TimeoutError(f"caches did not sync within {self.cache_sync_timeout}s: {self._check_synced()}")
+        self.ready.set()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Run until ``stop`` is set; raises :class:`LeadershipLost` if the lease is lost."""
+        stop = stop or asyncio.Event()
+        await self._start_http()
+        lost = False
+        try:
+            await self.start_cache()
+            log.info("caches synced", extra={"informers": self.cache.stats()})
+            if self.leader_election:
+                le = self.leader_election
+                self.elector = LeaderElector(
+                    self.client,
+                    le.name,
+                    le.namespace,
+                    identity=le.identity,
+                    lease_duration=le.lease_duration,
+                    renew_deadline=le.renew_deadline,
+                    retry_period=le.retry_period,
+                    release_on_cancel=le.release_on_cancel,
+                    on_status=lambda v: self.metrics.leader_election_master_status.labels(name=le.name).set(1 if v else 0),
+                    on_slow_path=lambda: self.metrics.leader_election_slowpath.labels(name=le.name).inc(),
+                )
+                acquire = asyncio.create_task(self.elector.acquire())
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait({acquire, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if not acquire.done():
+                    acquire.cancel()
+                    stopper.cancel()
+                    return
+                stopper.cancel()
+            await self._start_leader_work()
+            waits = {asyncio.create_task(stop.wait(), name="stop")}
+            if self.elector is not None:
+                waits.add(asyncio.create_task(self.elector.hold(), name="hold-lease"))
+            waits.update(self._tasks)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for t in waits:
+                if t not in self._tasks and not t.done():
+                    t.cancel()
+            for t in done:
+                if t.get_name() == "hold-lease":
+                    lost = True
+                elif t in self._tasks and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            if lost:
+                raise LeadershipLost("leader lease lost")
+        finally:
+            await self._shutdown(graceful=not lost)
+
+    async def _start_leader_work(self) -> None:
+        self.is_leader.set()
+        for c in self.controllers:
+            await c.start(self.cache_sync_timeout)
+        for name, fn in self._leader_runnables:
+            self._tasks.append(asyncio.create_task(fn(), name=name))
+        log.info("leader work started", extra={"controllers": [c.name for c in self.controllers]})
+
+    async def _shutdown(self, graceful: bool) -> None:
+        async def body() -> None:
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if graceful:
+                await asyncio.gather(*(c.stop(self.shutdown_timeout) for c in self.controllers))
+            else:
+                for c in self.controllers:
+                    c.queue.shutdown()
+                    for t in c._tasks:
+                        t.cancel()
+            await self.cache.stop()
+            await self.recorder.close()
+            if graceful and self.elector is not None and self.elector.release_on_cancel:
+                await self.elector.release()
+            await self._stop_http()
+
+        try:
+            await asyncio.wait_for(body(), self.shutdown_timeout)
+        except asyncio.TimeoutError:
+            log.error("graceful shutdown timed out")
+        with contextlib.suppress(Exception):
+            await self.client.close()

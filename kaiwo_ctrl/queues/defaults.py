@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .constants import (
@@ -23,7 +24,7 @@ from .constants import (
     TOPOLOGY_BLOCK_LABEL,
     TOPOLOGY_RACK_LABEL,
 )
-from .nodepools import NodePool, flavor_specs
+from .nodepools import NodePool, discover, exclude_control_plane_setting, flavor_specs, node_patches
 
 _BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 
@@ -169,3 +170,61 @@ def merge_queue_config_spec(
     )
     spec["topologies"] = merge_by_name(spec.get("topologies"), [default_topology()])
     return spec
+
+
+# ---------------------------------------------------------------------------
+# One-call helper for the reconciler (15.5 with the KaiwoConfig settings applied)
+# ---------------------------------------------------------------------------
+
+
+def _config_spec(config: Any) -> Mapping[str, Any]:
+    if config is None:
+        return {}
+    if hasattr(config, "to_k8s"):
+        config = config.to_k8s()
+    return config["spec"] if isinstance(config.get("spec"), Mapping) else config
+
+
+@dataclass
+class EnsureDefault:
+    """Outcome of :func:`ensure_default_queue_config`.
+
+    * ``pools``: the discovered node pools;
+    * ``node_patches``: node name -> merge patch (labels, GPU taint) still needed;
+    * ``create``: the complete KaiwoQueueConfig to create (when none exists), else ``None``;
+    * ``spec``: the merged spec to write when it differs from the existing one, else ``None``.
+    """
+
+    pools: list[NodePool]
+    node_patches: dict[str, dict[str, Any]]
+    create: dict[str, Any] | None = None
+    spec: dict[str, Any] | None = None
+
+
+def ensure_default_queue_config(
+    existing: Any,
+    nodes: Iterable[Mapping[str, Any]],
+    config: Any = None,
+) -> EnsureDefault:
+    """Discover pools from ``nodes`` and work out the queue-config write (spec 15.5).
+
+    ``existing`` is the current KaiwoQueueConfig (object dict or model) or ``None``;
+    ``config`` the KaiwoConfig (object, spec or model) supplying
+    ``defaultClusterQueueName``, ``defaultClusterQueueCohortName`` and the ``nodes``
+    settings. Nothing to write on an unchanged cluster: ``create`` and ``spec`` are
+    ``None`` and ``node_patches`` is empty.
+    """
+    nodes = list(nodes)
+    cfg = _config_spec(config)
+    name = cfg.get("defaultClusterQueueName") or DEFAULT_CLUSTER_QUEUE_NAME
+    cohort = cfg.get("defaultClusterQueueCohortName") or DEFAULT_COHORT_NAME
+    pools = discover(nodes, exclude_control_plane_setting(config))
+    result = EnsureDefault(pools=pools, node_patches=node_patches(pools, nodes, config))
+    if existing is None:
+        result.create = default_queue_config(pools, name, cohort)
+        return result
+    current = _as_spec(existing)
+    merged = merge_queue_config_spec(current, pools, name, cohort)
+    if merged != current:
+        result.spec = merged
+    return result

@@ -159,6 +159,8 @@ def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
     topology_name = entry.get("topologyName")
     if topology_name and not _DNS1123_SUBDOMAIN.match(str(topology_name)):
         bad("topologyName", f"{topology_name!r} is not a valid Topology name")
+    if topology_name and not labels:
+        bad("nodeLabels", "at least one node label is required when topologyName is set")
 
 
 def _check_quantity(value: Any) -> str | None:
@@ -192,6 +194,22 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
     for problem in translation_problems:
         path, _, message = problem.partition(": ")
         bad(f"spec.{path}", message)
+
+    fungibility = spec.get("flavorFungibility") or {}
+    if fungibility.get("preference") and not (
+        fungibility.get("whenCanBorrow") == "TryNextFlavor" and fungibility.get("whenCanPreempt") == "TryNextFlavor"
+    ):
+        bad(
+            "spec.flavorFungibility.preference",
+            "can only be set when whenCanBorrow and whenCanPreempt are both TryNextFlavor",
+        )
+    preemption = spec.get("preemption") or {}
+    borrow_policy = (preemption.get("borrowWithinCohort") or {}).get("policy", "Never")
+    if preemption.get("reclaimWithinCohort", "Never") == "Never" and borrow_policy != "Never":
+        bad(
+            "spec.preemption.borrowWithinCohort.policy",
+            f"{borrow_policy!r} requires reclaimWithinCohort other than Never",
+        )
 
     seen_covered: dict[str, int] = {}
     seen_flavors: dict[str, int] = {}

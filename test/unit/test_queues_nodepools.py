@@ -329,3 +329,61 @@ def test_merge_accepts_full_object_and_never_removes_flavors():
     assert [f["name"] for f in second["resourceFlavors"]] == [f["name"] for f in first["resourceFlavors"]]
     flavors = second["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"]
     assert [f["name"] for f in flavors] == ["cpu-only-0gpu-7core-14gi"]
+
+
+# --------------------------------------------------------------------------- ensure default (one call)
+
+from api.config.v1alpha1 import KaiwoConfig  # noqa: E402
+from api.kaiwo.v1alpha1 import KaiwoQueueConfig  # noqa: E402
+from kaiwo_ctrl.queues.defaults import ensure_default_queue_config  # noqa: E402
+
+
+def kaiwo_config(**spec):
+    return KaiwoConfig.model_validate({"metadata": {"name": "kaiwo"}, "spec": spec})
+
+
+def test_ensure_default_creates_when_missing_with_config_names():
+    nodes = kind_cluster()
+    cfg = kaiwo_config(defaultClusterQueueName="main", defaultClusterQueueCohortName="co",
+                       nodes={"addTaintsToGpuNodes": True})
+    result = ensure_default_queue_config(None, nodes, cfg)
+    assert result.spec is None
+    created = result.create
+    assert created["apiVersion"] == "kaiwo.silogen.ai/v1alpha1" and created["kind"] == "KaiwoQueueConfig"
+    assert created["metadata"] == {"name": "kaiwo"}
+    (cq,) = created["spec"]["clusterQueues"]
+    assert cq["name"] == "main" and cq["spec"]["cohort"] == "co"
+    assert set(result.node_patches) == {"cpu-0", "gpu-0", "gpu-1", "gpu-2", "gpu-3"}
+    assert "spec" in result.node_patches["gpu-0"]  # taint requested by the config model
+    # the created object is accepted by the typed model
+    KaiwoQueueConfig.model_validate(created)
+
+
+def test_ensure_default_is_a_no_op_on_an_unchanged_cluster():
+    nodes = kind_cluster()
+    first = ensure_default_queue_config(None, nodes, None)
+    stored = KaiwoQueueConfig.model_validate({**first.create, "metadata": {"name": "kaiwo", "uid": "u"}})
+    for n in nodes:  # apply node patches
+        n["metadata"]["labels"].update(first.node_patches.get(n["metadata"]["name"], {}).get("metadata", {}).get("labels", {}))
+    again = ensure_default_queue_config(stored, nodes, None)
+    assert again.create is None and again.spec is None and again.node_patches == {}
+
+
+def test_ensure_default_excludes_control_plane_when_configured():
+    nodes = kind_cluster() + [node("cp", "4", "8Gi", {"node-role.kubernetes.io/control-plane": ""})]
+    names = lambda r: [p.name for p in r.pools]  # noqa: E731
+    assert "cpu-only-0gpu-3core-7gi" in names(ensure_default_queue_config(None, nodes, None))
+    cfg = kaiwo_config(nodes={"excludeMasterNodesFromNodePools": True})
+    assert "cpu-only-0gpu-3core-7gi" not in names(ensure_default_queue_config(None, nodes, cfg))
+
+
+def test_ensure_default_dynamic_update_after_cordon():
+    nodes = kind_cluster()
+    existing = {"metadata": {"name": "kaiwo"}, "spec": ensure_default_queue_config(None, nodes, None).create["spec"]}
+    nodes[2]["spec"]["unschedulable"] = True
+    result = ensure_default_queue_config(existing, nodes, None)
+    assert _quota(result.spec["clusterQueues"][0], "nvidia-teslak80-8gpu-14core-57gi", "nvidia.com/gpu") == "24"
+    nodes[2]["spec"]["unschedulable"] = False
+    existing = {"metadata": {"name": "kaiwo"}, "spec": result.spec}
+    result = ensure_default_queue_config(existing, nodes, None)
+    assert _quota(result.spec["clusterQueues"][0], "nvidia-teslak80-8gpu-14core-57gi", "nvidia.com/gpu") == "32"

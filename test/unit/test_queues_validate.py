@@ -139,6 +139,27 @@ def test_valid_spec_has_no_problems():
             ["spec.clusterQueues[0].namespaces[1]: 'Not_OK' is not a valid namespace name"],
         ),
         (
+            {"resourceFlavors": [{"name": "f", "topologyName": "t"}]},
+            ["spec.resourceFlavors[0].nodeLabels: at least one node label is required when topologyName is set"],
+        ),
+        (
+            {"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a", flavorFungibility={"preference": "BorrowingOverPreemption"})]},
+            ["spec.clusterQueues[0].spec.flavorFungibility.preference: "
+             "can only be set when whenCanBorrow and whenCanPreempt are both TryNextFlavor"],
+        ),
+        (
+            {"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a", flavorFungibility={
+                "preference": "BorrowingOverPreemption", "whenCanBorrow": "TryNextFlavor",
+                "whenCanPreempt": "TryNextFlavor"})]},
+            [],
+        ),
+        (
+            {"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a", preemption={
+                "borrowWithinCohort": {"policy": "LowerPriority"}})]},
+            ["spec.clusterQueues[0].spec.preemption.borrowWithinCohort.policy: "
+             "'LowerPriority' requires reclaimWithinCohort other than Never"],
+        ),
+        (
             {"workloadPriorityClasses": [{"metadata": {"name": "p"}}]},
             ["spec.workloadPriorityClasses[0].value: is required and must be an integer"],
         ),

@@ -54,3 +54,7 @@ DEFAULT_COHORT_NAME = "kaiwo"
 
 AMD_GPU_RESOURCE = "amd.com/gpu"
 NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
+
+#: Identity of a Kueue object: (kind, namespace or None, name). In a hold set, a
+#: namespace of None on a namespaced kind means "in every namespace".
+Key = tuple[str, "str | None", str]

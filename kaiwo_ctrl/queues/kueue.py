@@ -53,8 +53,8 @@ from .constants import (
     TOPOLOGY_API_VERSION,
     WORKER_LABEL,
     WORKLOAD_PRIORITY_CLASS,
+    Key,
 )
-from .plan import Key
 
 # ---------------------------------------------------------------------------
 # v1beta1 -> v1beta2 ClusterQueue spec translation

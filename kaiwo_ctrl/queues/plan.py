@@ -43,9 +43,9 @@ from .constants import (
     RESOURCE_FLAVOR,
     TOPOLOGY,
     WORKLOAD_PRIORITY_CLASS,
+    Key,
 )
-
-Key = tuple[str, str | None, str]
+from .kueue import translate_cluster_queue_spec
 
 
 def object_key(obj: Mapping[str, Any]) -> Key:
@@ -116,8 +116,11 @@ def _without_none(value: Any) -> Any:
 
 
 def normalize_cluster_queue_spec(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A v1beta2 ClusterQueue spec with CRD defaults applied and quantities as Decimals."""
-    out = _without_none(copy.deepcopy(dict(spec or {})))
+    """A v1beta2 ClusterQueue spec with CRD defaults applied and quantities as Decimals.
+
+    A spec still in v1beta1 shape (read through the v1beta1 endpoint) is translated first.
+    """
+    out, _ = translate_cluster_queue_spec(_without_none(dict(spec or {})))
     out.setdefault("queueingStrategy", "BestEffortFIFO")
     out.setdefault("stopPolicy", "None")
     fung = out.setdefault("flavorFungibility", {})

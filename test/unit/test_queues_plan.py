@@ -224,3 +224,13 @@ def test_describe_lists_actions():
     lines = plan_sync(state.objects, [], state.hold).describe()
     assert lines[0] == "create Topology default-topology: missing"
     assert "create LocalQueue ns1/q: missing" in lines
+
+
+def test_existing_read_as_v1beta1_compares_equal():
+    state = desired()
+    stored = as_stored(state.objects)
+    for o in stored:
+        if o["kind"] == "ClusterQueue":
+            o["apiVersion"] = "kueue.x-k8s.io/v1beta1"
+            o["spec"]["cohort"] = o["spec"].pop("cohortName")
+    assert plan_sync(state.objects, stored, state.hold).empty

@@ -334,6 +334,87 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
+def _qc(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig",
+            "metadata": {"name": "kaiwo"}, "spec": spec}
+
+
+def _model(name: str = "m", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": name, "namespace": "kubeai"},
+            "spec": {"url": "hf://org/model", "engine": "VLLM", **spec}}
+
+
+def _job(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob",
+            "metadata": {"name": "bad", "namespace": "default"}, "spec": spec}
+
+
+def _cfg(name: str = "kaiwo", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def _levels(*labels: str) -> list[dict[str, str]]:
+    return [{"nodeLabel": label} for label in labels]
+
+
+def _topology(name: str, *labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"levels": _levels(*labels)}}
+
+
+#: Objects both the apiserver (with the generated CRDs) and the Python models
+#: must reject: ``(manifest, apiserver message fragment, Python error fragment)``.
+INVALID_EXAMPLES: list[tuple[dict[str, Any], str, str]] = [
+    (_cfg("other"), "metadata.name must be 'kaiwo'", "metadata.name must be 'kaiwo'"),
+    (_cfg(resourceMonitoring={"terminateUnderutilizedAfter": "1d"}),
+     "spec.resourceMonitoring.terminateUnderutilizedAfter", "terminateUnderutilizedAfter"),
+    (_cfg(resourceMonitoring={"profile": "cpu"}), 'Unsupported value: "cpu"', "profile"),
+    (_cfg(resourceMonitoring={"lowUtilizationThreshold": -1}), "should be greater than or equal to 0",
+     "lowUtilizationThreshold"),
+    (_job(duration="forever"), "spec.duration", "spec.duration"),
+    (_job(storage={"data": {"download": {"s3": [{"endpointUrl": "x", "buckets": [{"name": "b", "files": [{"path": "a"}]}]}]}}}),
+     "targetPath: Required value", "targetPath"),
+    (_qc({"resourceFlavors": [{"name": "a"}, {"name": "a"}]}), "resourceFlavors: name must be unique",
+     "resourceFlavors: name must be unique"),
+    (_qc({"clusterQueues": [{"name": "q"}, {"name": "q"}]}), "clusterQueues: name must be unique",
+     "clusterQueues: name must be unique"),
+    (_qc({"clusterQueues": [{"name": f"q{i}"} for i in range(11)]}), "must have at most 10 items", "clusterQueues"),
+    (_qc({"workloadPriorityClasses": [{"metadata": {"name": "p"}, "value": 1}] * 2}),
+     "workloadPriorityClasses: metadata.name must be unique", "workloadPriorityClasses: metadata.name must be unique"),
+    (_qc({"workloadPriorityClasses": [{"metadata": {"name": f"p{i}"}, "value": i} for i in range(6)]}),
+     "must have at most 5 items", "workloadPriorityClasses"),
+    (_qc({"resourceFlavors": [{"name": "f", "nodeLabels": {f"k{i}": "v" for i in range(11)}}]}),
+     "must have at most 10 items", "nodeLabels"),
+    (_qc({"topologies": [_topology("t", "kubernetes.io/hostname", "rack")]}),
+     "kubernetes.io/hostname label can only be used as the last",
+     "kubernetes.io/hostname label can only be used as the last"),
+    (_qc({"topologies": [_topology("t", "rack", "rack")]}), "levels[].nodeLabel must be unique",
+     "levels[].nodeLabel must be unique"),
+    (_qc({"topologies": [_topology("t")]}), "should have at least 1 items", "levels"),
+    (_qc({"topologies": [_topology("t", "a"), _topology("t", "b")]}), "topologies: metadata.name must be unique",
+     "topologies: metadata.name must be unique"),
+    (_model("x" * 41), "metadata.name must be at most 40 characters", "metadata.name must be at most 40 characters"),
+    (_model(url="http://example.com/m"), "url must start with", "url must start with"),
+    (_model(url="gs://bucket/m"), "gs:// urls require a cacheProfile", "gs:// urls require a cacheProfile"),
+    (_model(url="oss://bucket/m"), "oss:// urls require a cacheProfile", "oss:// urls require a cacheProfile"),
+    (_model(url="pvc://vol", cacheProfile="fast"), "cacheProfile is only supported with",
+     "cacheProfile is only supported with"),
+    (_model(engine="OLlama", url="ollama://qwen", adapters=[{"name": "a", "url": "hf://x/y"}]),
+     "adapters are only supported with engine VLLM", "adapters are only supported with engine VLLM"),
+    (_model(adapters=[{"name": "a", "url": "pvc://x"}]), "adapters[].url must start with",
+     "adapters[].url must start with"),
+    (_model(minReplicas=3, maxReplicas=2), "minReplicas must be less than or equal to maxReplicas",
+     "minReplicas must be less than or equal to maxReplicas"),
+    (_model(files=[{"path": "/a", "content": ""}, {"path": "/a", "content": "x"}]), "files[].path must be unique",
+     "files[].path must be unique"),
+    (_model(files=[{"path": "rel/a", "content": ""}]), "files[].path must be absolute", "files[].path must be absolute"),
+    (_model(engine="TGI"), 'Unsupported value: "TGI"', "engine"),
+    (_model(targetRequests=0), "should be greater than or equal to 1", "targetRequests"),
+    (_model(loadBalancing={"prefixHash": {"meanLoadFactor": 99}}), "should be greater than or equal to 100",
+     "meanLoadFactor"),
+]
+
+
 def load(text: str) -> dict[str, Any]:
     return yaml.safe_load(text)
 

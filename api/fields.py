@@ -94,8 +94,8 @@ def field(
         kwargs["ge"] = minimum
     if maximum is not None:
         kwargs["le"] = maximum
-    if max_items is not None or max_length is not None:
-        kwargs["max_length"] = max_items if max_items is not None else max_length
+    if max_items is not None or max_length is not None or max_properties is not None:
+        kwargs["max_length"] = next(v for v in (max_items, max_length, max_properties) if v is not None)
     if min_items is not None or min_length is not None:
         kwargs["min_length"] = min_items if min_items is not None else min_length
     if default_factory is not None:

@@ -98,6 +98,19 @@ class ObjectMeta(ApiModel):
     finalizers: list[str] | None = field(None, description="Finalizers.")
     owner_references: list[dict[str, Any]] | None = field(None, description="Owner references.")
 
+    # Dict-style read access by the JSON key (``meta["resourceVersion"]``, ``meta.get("labels", {})``).
+    def _as_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._as_dict().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._as_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._as_dict()
+
 
 CONDITION_TYPE_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"

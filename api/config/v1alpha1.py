@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from pydantic import model_validator
+
 from api.base import ApiModel
 from api.fields import field
 from api.meta import SIMPLE_DURATION_PATTERN, DURATION_PATTERN, KubeObject
@@ -150,6 +152,15 @@ class KaiwoConfig(KubeObject):
     spec: KaiwoConfigSpec = field(
         default_factory=KaiwoConfigSpec, description="Operator configuration; every field has a default."
     )
+
+    @model_validator(mode="after")
+    def _singleton_name(self) -> KaiwoConfig:
+        # Mirrors the CRD rule; an object without a name (being built) is allowed.
+        if self.metadata.name is not None and self.metadata.name != KAIWO_CONFIG_NAME:
+            raise ValueError(
+                f"metadata.name must be '{KAIWO_CONFIG_NAME}': KaiwoConfig is a cluster singleton"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------

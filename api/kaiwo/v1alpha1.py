@@ -11,6 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from pydantic import model_validator
+
 from api.base import ApiModel
 from api.fields import field
 from api.kaiwo.download import (
@@ -47,6 +49,18 @@ API_VERSION = f"{GROUP}/{VERSION}"
 #: Label-key shaped strings (optional DNS prefix + name), e.g. kubernetes.io/hostname.
 LABEL_KEY_PATTERN = CONDITION_TYPE_PATTERN
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The only KaiwoQueueConfig name the operator reconciles.
+KAIWO_QUEUE_CONFIG_NAME = "kaiwo"
+
+
+def _duplicates(values: list[str]) -> list[str]:
+    seen: set[str] = set()
+    dups: list[str] = []
+    for v in values:
+        if v in seen and v not in dups:
+            dups.append(v)
+        seen.add(v)
+    return dups
 
 
 class Status(StrEnum):
@@ -474,6 +488,16 @@ class TopologySpec(ApiModel):
         ],
     )
 
+    @model_validator(mode="after")
+    def _levels_rules(self) -> TopologySpec:
+        # Same rules as the CRD's CEL validations, so invalid specs fail before reaching the apiserver.
+        labels = [lvl.node_label for lvl in self.levels]
+        if _duplicates(labels):
+            raise ValueError("levels[].nodeLabel must be unique")
+        if HOSTNAME_LABEL in labels and labels[-1] != HOSTNAME_LABEL:
+            raise ValueError(f"levels: the {HOSTNAME_LABEL} label can only be used as the last (lowest) level")
+        return self
+
 
 class Topology(ApiModel):
     """A Kueue Topology managed by Kaiwo."""
@@ -520,6 +544,21 @@ class KaiwoQueueConfigSpec(ApiModel):
         max_items=10,
         cel=[_unique("topologies", "metadata.name")],
     )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> KaiwoQueueConfigSpec:
+        # Mirrors the CRD's uniqueness CEL rules.
+        checks = (
+            ("clusterQueues", "name", [q.name for q in self.cluster_queues or []]),
+            ("resourceFlavors", "name", [f.name for f in self.resource_flavors or []]),
+            ("workloadPriorityClasses", "metadata.name", [w.metadata.name for w in self.workload_priority_classes or []]),
+            ("topologies", "metadata.name", [t.metadata.name for t in self.topologies or []]),
+        )
+        for path, key, names in checks:
+            dups = _duplicates(names)
+            if dups:
+                raise ValueError(f"{path}: {key} must be unique (duplicated: {', '.join(dups)})")
+        return self
 
 
 class KaiwoQueueConfigStatus(ApiModel):
@@ -605,6 +644,7 @@ __all__ = [
     "KaiwoQueueConfigList",
     "KaiwoQueueConfigSpec",
     "KaiwoQueueConfigStatus",
+    "KAIWO_QUEUE_CONFIG_NAME",
     "KaiwoService",
     "KaiwoServiceList",
     "KaiwoServiceSpec",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from pydantic import field_validator, model_validator
+
 from api.base import ApiModel
 from api.fields import field
 from api.meta import KubeObject, embedded_object
@@ -40,6 +42,13 @@ class Adapter(ApiModel):
         cel=[(_starts_with_any("self", ADAPTER_URL_SCHEMES), "adapters[].url must start with hf://, s3://, gs:// or oss://")],
     )
 
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(ADAPTER_URL_SCHEMES):
+            raise ValueError("adapters[].url must start with hf://, s3://, gs:// or oss://")
+        return value
+
 
 class File(ApiModel):
     """A file mounted into the model server pods."""
@@ -49,6 +58,13 @@ class File(ApiModel):
         max_length=1024,
         cel=[("self.startsWith('/') && !self.contains(':')", "files[].path must be absolute and must not contain ':'")],
     )
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ":" in value:
+            raise ValueError("files[].path must be absolute and must not contain ':'")
+        return value
     content: str = field(
         description="File content; stored in a ConfigMap mounted into the model pods.",
         max_length=100000,
@@ -141,6 +157,25 @@ class ModelSpec(ApiModel):
         None, description="PriorityClass for every pod of the model; must exist beforehand."
     )
 
+    @model_validator(mode="after")
+    def _admission_rules(self) -> ModelSpec:
+        # The non-transition CEL rules of the CRD, checked in Python too.
+        url = self.url
+        if not url.startswith(MODEL_URL_SCHEMES):
+            raise ValueError("url must start with hf://, pvc://, ollama://, s3://, gs:// or oss://")
+        if self.cache_profile is not None and not url.startswith(CACHEABLE_URL_SCHEMES):
+            raise ValueError("cacheProfile is only supported with hf://, s3://, gs:// or oss:// urls")
+        if self.cache_profile is None and url.startswith(("gs://", "oss://")):
+            raise ValueError(f"{url.split('://')[0]}:// urls require a cacheProfile")
+        if self.max_replicas is not None and self.min_replicas is not None and self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        if self.adapters is not None and self.engine != "VLLM":
+            raise ValueError("adapters are only supported with engine VLLM")
+        paths = [f.path for f in self.files or []]
+        if len(paths) != len(set(paths)):
+            raise ValueError("files[].path must be unique")
+        return self
+
     #: Object-level rules on spec (see kubeai-model-behavior §2).
     CRD_VALIDATIONS: ClassVar[tuple[tuple[str, str], ...]] = (
         (
@@ -192,6 +227,12 @@ class Model(KubeObject):
 
     spec: ModelSpec | None = field(None, description="Desired state of the model.")
     status: ModelStatus | None = field(None, description="Observed state of the model.")
+
+    @model_validator(mode="after")
+    def _name_length(self) -> Model:
+        if self.metadata.name is not None and len(self.metadata.name) > MODEL_NAME_MAX:
+            raise ValueError(f"metadata.name must be at most {MODEL_NAME_MAX} characters")
+        return self
 
 
 class ModelList(ApiModel):

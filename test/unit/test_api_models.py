@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from api import registry
 from api.config.v1alpha1 import AIMNamespaceConfig, KaiwoConfig, KaiwoConfigSpec
-from api.examples import EXAMPLES, all_examples, load
+from api.examples import EXAMPLES, INVALID_EXAMPLES, all_examples, load
 from api.kaiwo.download import (
     CloudDownloadFolder,
     DownloadTaskConfig,
@@ -252,7 +252,7 @@ def test_class_metadata_of_every_kind():
         m = info.model
         assert (m.GROUP, m.VERSION, m.KIND, m.PLURAL) == (info.group, info.version, info.kind, info.plural)
         assert isinstance(m.NAMESPACED, bool)
-        obj = m.model_validate({"metadata": {"name": "n"}, **({"spec": {"url": "hf://a/b", "engine": "VLLM"}} if m is Model else {})})
+        obj = m.model_validate({"metadata": {"name": "kaiwo"}, **({"spec": {"url": "hf://a/b", "engine": "VLLM"}} if m is Model else {})})
         assert obj.to_k8s()["apiVersion"] == f"{m.GROUP}/{m.VERSION}"
         assert obj.to_k8s()["kind"] == m.KIND
         seen.add(m.KIND)
@@ -353,3 +353,11 @@ def test_condition_fills_transition_time():
     c = Condition(type="Ready", status="True", reason="Done")
     assert parse_time(c.last_transition_time).tzinfo is not None
     assert c.to_k8s()["message"] == ""
+
+
+@pytest.mark.parametrize("obj,python_message", [(o, p) for o, _, p in INVALID_EXAMPLES])
+def test_python_rejects_every_invalid_example_the_apiserver_rejects(obj, python_message):
+    # The same table drives test_crd_apiserver.py, which checks the apiserver side.
+    with pytest.raises(ValidationError) as err:
+        registry.parse(copy.deepcopy(obj))
+    assert python_message in str(err.value)

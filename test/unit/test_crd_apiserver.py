@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from api import crdgen
-from api.examples import EXAMPLES, all_examples, load
+from api.examples import EXAMPLES, INVALID_EXAMPLES, all_examples, load
 from api.registry import KINDS, by_kind
 
 pytestmark = pytest.mark.integration
@@ -101,71 +101,12 @@ def test_empty_kaiwo_config_is_filled_by_the_apiserver(api):
     api.delete(f"{collection('KaiwoConfig')}/kaiwo")
 
 
-def _qc(spec: dict) -> dict:
-    return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig",
-            "metadata": {"name": "kaiwo"}, "spec": spec}
-
-
 def _model(name: str = "m", **spec) -> dict:
     return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": name, "namespace": "kubeai"},
             "spec": {"url": "hf://org/model", "engine": "VLLM", **spec}}
 
 
-def _job(**spec) -> dict:
-    return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob",
-            "metadata": {"name": "bad", "namespace": "default"}, "spec": spec}
-
-
-def _cfg(name: str = "kaiwo", **spec) -> dict:
-    return {"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
-            "metadata": {"name": name}, "spec": spec}
-
-
-LEVELS = lambda *labels: [{"nodeLabel": label} for label in labels]  # noqa: E731
-
-
-@pytest.mark.parametrize(
-    "obj,message",
-    [
-        (_cfg("other"), "metadata.name must be 'kaiwo'"),
-        (_cfg(resourceMonitoring={"terminateUnderutilizedAfter": "1d"}), "spec.resourceMonitoring.terminateUnderutilizedAfter"),
-        (_cfg(resourceMonitoring={"profile": "cpu"}), "Unsupported value: \"cpu\""),
-        (_cfg(resourceMonitoring={"lowUtilizationThreshold": -1}), "should be greater than or equal to 0"),
-        (_job(duration="forever"), "spec.duration"),
-        (_job(storage={"data": {"download": {"s3": [{"endpointUrl": "x", "buckets": [{"name": "b", "files": [{"path": "a"}]}]}]}}}),
-         "targetPath: Required value"),
-        (_qc({"resourceFlavors": [{"name": "a"}, {"name": "a"}]}), "resourceFlavors: name must be unique"),
-        (_qc({"clusterQueues": [{"name": "q"}, {"name": "q"}]}), "clusterQueues: name must be unique"),
-        (_qc({"clusterQueues": [{"name": f"q{i}"} for i in range(11)]}), "must have at most 10 items"),
-        (_qc({"workloadPriorityClasses": [{"metadata": {"name": "p"}, "value": 1}] * 2}),
-         "workloadPriorityClasses: metadata.name must be unique"),
-        (_qc({"workloadPriorityClasses": [{"metadata": {"name": f"p{i}"}, "value": i} for i in range(6)]}),
-         "must have at most 5 items"),
-        (_qc({"resourceFlavors": [{"name": "f", "nodeLabels": {f"k{i}": "v" for i in range(11)}}]}),
-         "must have at most 10 items"),
-        (_qc({"topologies": [{"metadata": {"name": "t"}, "spec": {"levels": LEVELS("kubernetes.io/hostname", "rack")}}]}),
-         "kubernetes.io/hostname label can only be used as the last"),
-        (_qc({"topologies": [{"metadata": {"name": "t"}, "spec": {"levels": LEVELS("rack", "rack")}}]}),
-         "levels[].nodeLabel must be unique"),
-        (_qc({"topologies": [{"metadata": {"name": "t"}, "spec": {"levels": []}}]}), "should have at least 1 items"),
-        (_qc({"topologies": [{"metadata": {"name": "t"}, "spec": {"levels": LEVELS("a")}}] * 2}),
-         "topologies: metadata.name must be unique"),
-        (_model("x" * 41), "metadata.name must be at most 40 characters"),
-        (_model(url="http://example.com/m"), "url must start with"),
-        (_model(url="gs://bucket/m"), "gs:// urls require a cacheProfile"),
-        (_model(url="oss://bucket/m"), "oss:// urls require a cacheProfile"),
-        (_model(url="pvc://vol", cacheProfile="fast"), "cacheProfile is only supported with"),
-        (_model(engine="OLlama", url="ollama://qwen", adapters=[{"name": "a", "url": "hf://x/y"}]),
-         "adapters are only supported with engine VLLM"),
-        (_model(adapters=[{"name": "a", "url": "pvc://x"}]), "adapters[].url must start with"),
-        (_model(minReplicas=3, maxReplicas=2), "minReplicas must be less than or equal to maxReplicas"),
-        (_model(files=[{"path": "/a", "content": ""}, {"path": "/a", "content": "x"}]), "files[].path must be unique"),
-        (_model(files=[{"path": "rel/a", "content": ""}]), "files[].path must be absolute"),
-        (_model(engine="TGI"), "Unsupported value: \"TGI\""),
-        (_model(targetRequests=0), "should be greater than or equal to 1"),
-        (_model(loadBalancing={"prefixHash": {"meanLoadFactor": 99}}), "should be greater than or equal to 100"),
-    ],
-)
+@pytest.mark.parametrize("obj,message", [(o, m) for o, m, _ in INVALID_EXAMPLES])
 def test_invalid_objects_are_rejected_with_a_clear_message(api, obj, message):
     r = create(api, obj)
     assert r.status_code == 422, r.text

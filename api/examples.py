@@ -341,7 +341,7 @@ def _qc(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _model(name: str = "m", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": name, "namespace": "kubeai"},
-            "spec": {"url": "hf://org/model", "engine": "VLLM", **spec}}
+            "spec": {"url": "hf://org/model", "engine": "VLLM", "features": ["TextGeneration"], **spec}}
 
 
 def _job(**spec: Any) -> dict[str, Any]:
@@ -409,6 +409,8 @@ INVALID_EXAMPLES: list[tuple[dict[str, Any], str, str]] = [
      "files[].path must be unique"),
     (_model(files=[{"path": "rel/a", "content": ""}]), "files[].path must be absolute", "files[].path must be absolute"),
     (_model(engine="TGI"), 'Unsupported value: "TGI"', "engine"),
+    (_model(features=["Chat"]), 'Unsupported value: "Chat"', "features"),
+    ({**_model(), "spec": {"url": "hf://org/model", "engine": "VLLM"}}, "spec.features: Required value", "features"),
     (_model(targetRequests=0), "should be greater than or equal to 1", "targetRequests"),
     (_model(loadBalancing={"prefixHash": {"meanLoadFactor": 99}}), "should be greater than or equal to 100",
      "meanLoadFactor"),

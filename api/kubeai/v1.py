@@ -105,8 +105,10 @@ class ModelSpec(ApiModel):
         cel=[(_starts_with_any("self", MODEL_URL_SCHEMES), "url must start with hf://, pvc://, ollama://, s3://, gs:// or oss://")],
     )
     adapters: list[Adapter] | None = field(None, description="LoRA adapters (engine VLLM only).")
-    features: list[ModelFeature] | None = field(
-        None, description="APIs the model supports: TextGeneration, TextEmbedding, SpeechToText."
+    features: list[ModelFeature] = field(
+        description=(
+            "APIs the model supports: TextGeneration, TextEmbedding, SpeechToText. Required; may be empty."
+        )
     )
     engine: Engine = field(description="Inference engine: OLlama, VLLM, FasterWhisper or Infinity.")
     resource_profile: str | None = field(

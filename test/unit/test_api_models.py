@@ -171,7 +171,7 @@ def test_model_example_and_defaults():
     assert m.spec.load_balancing.prefix_hash.mean_load_factor == 150
     assert m.spec.load_balancing.prefix_hash.replication == 256
     assert m.spec.autoscaling_disabled is None
-    minimal = Model.model_validate({"metadata": {"name": "m"}, "spec": {"url": "ollama://qwen", "engine": "OLlama"}})
+    minimal = Model.model_validate({"metadata": {"name": "m"}, "spec": {"url": "ollama://qwen", "engine": "OLlama", "features": []}})
     assert minimal.to_k8s()["spec"]["loadBalancing"] == {
         "strategy": "LeastLoad",
         "prefixHash": {"meanLoadFactor": 125, "replication": 256, "prefixCharLength": 100},
@@ -252,7 +252,7 @@ def test_class_metadata_of_every_kind():
         m = info.model
         assert (m.GROUP, m.VERSION, m.KIND, m.PLURAL) == (info.group, info.version, info.kind, info.plural)
         assert isinstance(m.NAMESPACED, bool)
-        obj = m.model_validate({"metadata": {"name": "kaiwo"}, **({"spec": {"url": "hf://a/b", "engine": "VLLM"}} if m is Model else {})})
+        obj = m.model_validate({"metadata": {"name": "kaiwo"}, **({"spec": {"url": "hf://a/b", "engine": "VLLM", "features": []}} if m is Model else {})})
         assert obj.to_k8s()["apiVersion"] == f"{m.GROUP}/{m.VERSION}"
         assert obj.to_k8s()["kind"] == m.KIND
         seen.add(m.KIND)
@@ -278,12 +278,12 @@ def test_class_metadata_of_every_kind():
         (KaiwoConfig, {"spec": {"resourceMonitoring": {"profile": "cpu"}}}, "profile"),
         (KaiwoConfig, {"spec": {"resourceMonitoring": {"terminateUnderutilizedAfter": "1d"}}}, "terminateUnderutilizedAfter"),
         (KaiwoConfig, {"spec": {"resourceMonitoring": {"lowUtilizationThreshold": -1}}}, "lowUtilizationThreshold"),
-        (Model, {"spec": {"url": "hf://a/b", "engine": "TGI"}}, "engine"),
+        (Model, {"spec": {"url": "hf://a/b", "engine": "TGI", "features": []}}, "engine"),
         (Model, {"spec": {"url": "hf://a/b"}}, "engine"),
         (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "features": ["Chat"]}}, "features"),
-        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "minReplicas": -1}}, "minReplicas"),
-        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "adapters": [{"name": "Bad_Name"}]}}, "name"),
-        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "files": [{"path": f"/f{i}", "content": ""} for i in range(11)]}}, "files"),
+        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "features": [], "minReplicas": -1}}, "minReplicas"),
+        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "features": [], "adapters": [{"name": "Bad_Name"}]}}, "name"),
+        (Model, {"spec": {"url": "hf://a/b", "engine": "VLLM", "features": [], "files": [{"path": f"/f{i}", "content": ""} for i in range(11)]}}, "files"),
         (Condition, {"type": "Ready", "status": "Maybe", "reason": "X"}, "status"),
         (Condition, {"type": "Ready", "status": "True", "reason": ""}, "reason"),
     ],

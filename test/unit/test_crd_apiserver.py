@@ -103,7 +103,7 @@ def test_empty_kaiwo_config_is_filled_by_the_apiserver(api):
 
 def _model(name: str = "m", **spec) -> dict:
     return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": name, "namespace": "kubeai"},
-            "spec": {"url": "hf://org/model", "engine": "VLLM", **spec}}
+            "spec": {"url": "hf://org/model", "engine": "VLLM", "features": [], **spec}}
 
 
 @pytest.mark.parametrize("obj,message", [(o, m) for o, m, _ in INVALID_EXAMPLES])

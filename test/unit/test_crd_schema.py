@@ -286,7 +286,7 @@ def test_limits(kind, path, key, value):
 
 
 REQUIRED = [
-    ("Model", ".spec", ["engine", "url"]),
+    ("Model", ".spec", ["engine", "features", "url"]),
     ("Model", ".spec.adapters[]", ["name"]),
     ("Model", ".spec.files[]", ["content", "path"]),
     ("KaiwoQueueConfig", ".spec.clusterQueues[]", ["name"]),
@@ -397,6 +397,6 @@ def test_minimal_object_defaults_match(kind):
     info = by_kind(kind)
     minimal = {"apiVersion": info.api_version, "kind": kind, "metadata": {"name": "kaiwo"}}
     if kind == "Model":
-        minimal["spec"] = {"url": "hf://org/model", "engine": "VLLM"}
+        minimal["spec"] = {"url": "hf://org/model", "engine": "VLLM", "features": []}
     s = schema(kind)
     assert info.model.model_validate(minimal).to_k8s() == apply_defaults(s, minimal)

@@ -125,7 +125,10 @@ def download_succeeded(status: Mapping | None) -> bool:
 def requeue_after(obj: Any, now: datetime) -> timedelta | None:
     """§5.2 step 8: while the stored ``Preemptable`` is False for the current
     generation, requeue when the duration will have run out."""
-    o = KaiwoObject.of(obj)
+    try:
+        o = KaiwoObject.of(obj)
+    except (ValidationError, ValueError):
+        return None
     status = o.status
     if status.get("status") not in UP or not o.spec.get("duration"):
         return None

@@ -11,15 +11,7 @@ from pydantic import ValidationError
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 
-from .gpu import (
-    KNOWN_VENDORS,
-    SchedulableResult,
-    check_gpus,
-    check_queue,
-    cluster_gpu_stats,
-    derive_gpu_plan,
-    GpuPlan,
-)
+from .gpu import KNOWN_VENDORS, ClusterGpuStats, GpuPlan, cluster_gpu_stats, derive_gpu_plan
 from .kaiwoobject import KaiwoObject
 from .podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
 from .storage import OBJECT_DOWNLOAD_KINDS
@@ -51,7 +43,8 @@ def gpu_plan(obj: KaiwoObject, world: World) -> GpuPlan:
     return derive_gpu_plan(obj.gpus, obj.replicas, obj.gpus_per_replica, gpu_stats(obj, world))
 
 
-def gpu_stats(obj: KaiwoObject, world: World):
+def gpu_stats(obj: KaiwoObject, world: World) -> ClusterGpuStats | None:
+    """Stats for the workload's vendor; ``None`` when the nodes are unknown."""
     if not world.nodes_known:
         return None
     return cluster_gpu_stats(world.nodes or (), obj.gpu_vendor, world.settings.default_gpu_resource_key)
@@ -205,16 +198,3 @@ def _storage_errors(obj: KaiwoObject) -> list[SpecError]:
         except ValidationError as exc:
             out.append(spec_error_from_validation(exc, f"spec.storage.huggingFace.preCacheRepos[{i}]"))
     return out
-
-
-def schedulable(obj: KaiwoObject, world: World) -> SchedulableResult | None:
-    """§6.3 with what the world knows: the queue check needs the queue config
-    (``None`` -> ClusterQueueNotFound), the GPU check needs the nodes (unknown
-    nodes -> skipped, result ``None``)."""
-    failure = check_queue(obj.queue_name(world.settings), obj.namespace, world.queue_config)
-    if failure is not None:
-        return failure
-    stats = gpu_stats(obj, world)
-    if stats is None:
-        return None
-    return check_gpus(gpu_plan(obj, world), stats)

@@ -33,7 +33,7 @@ their ClusterQueue (so removing a ClusterQueue garbage-collects its LocalQueues)
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,79 +60,120 @@ from .constants import (
 # v1beta1 -> v1beta2 ClusterQueue spec translation
 # ---------------------------------------------------------------------------
 
-#: Known v1beta2 ClusterQueue spec fields (from the Kueue v0.19.2 CRD schema).
-#: ``None`` = scalar or free-form value, a dict = object with these keys, a
-#: one-element list = list whose items have that shape.
-_LEAF = None
+#: Known v1beta2 ClusterQueue spec fields (from the Kueue v0.19.2 CRD schema) and
+#: their types: a dict = object with these keys, a one-element list = list whose
+#: items have that shape, and leaf tags ``str``, ``int``, ``quantity`` (int or
+#: string), ``strs`` (list of strings) and ``map`` (string -> string).
 CLUSTER_QUEUE_V1BETA2_FIELDS: dict[str, Any] = {
-    "admissionChecksStrategy": {"admissionChecks": [{"name": _LEAF, "onFlavors": _LEAF}]},
-    "admissionScope": {"admissionMode": _LEAF},
-    "cohortName": _LEAF,
-    "concurrentAdmissionPolicy": {
-        "migration": {"constraints": {"lastAcceptableFlavorName": _LEAF}, "mode": _LEAF}
+    "admissionChecksStrategy": {"admissionChecks": [{"name": "str", "onFlavors": "strs"}]},
+    "admissionScope": {"admissionMode": "str"},
+    "cohortName": "str",
+    "concurrentAdmissionPolicy": {"migration": {"constraints": {"lastAcceptableFlavorName": "str"}, "mode": "str"}},
+    "fairSharing": {"weight": "quantity"},
+    "flavorFungibility": {"preference": "str", "whenCanBorrow": "str", "whenCanPreempt": "str"},
+    "namespaceSelector": {
+        "matchExpressions": [{"key": "str", "operator": "str", "values": "strs"}],
+        "matchLabels": "map",
     },
-    "fairSharing": {"weight": _LEAF},
-    "flavorFungibility": {"preference": _LEAF, "whenCanBorrow": _LEAF, "whenCanPreempt": _LEAF},
-    "namespaceSelector": {"matchExpressions": [{"key": _LEAF, "operator": _LEAF, "values": _LEAF}], "matchLabels": _LEAF},
     "preemption": {
-        "borrowWithinCohort": {"maxPriorityThreshold": _LEAF, "policy": _LEAF},
-        "reclaimWithinCohort": _LEAF,
-        "withinClusterQueue": _LEAF,
+        "borrowWithinCohort": {"maxPriorityThreshold": "int", "policy": "str"},
+        "reclaimWithinCohort": "str",
+        "withinClusterQueue": "str",
     },
-    "queueingStrategy": _LEAF,
+    "queueingStrategy": "str",
     "resourceGroups": [
         {
-            "coveredResources": _LEAF,
+            "coveredResources": "strs",
             "flavors": [
                 {
-                    "name": _LEAF,
-                    "resources": [{"name": _LEAF, "nominalQuota": _LEAF, "borrowingLimit": _LEAF, "lendingLimit": _LEAF}],
+                    "name": "str",
+                    "resources": [
+                        {
+                            "name": "str",
+                            "nominalQuota": "quantity",
+                            "borrowingLimit": "quantity",
+                            "lendingLimit": "quantity",
+                        }
+                    ],
                 }
             ],
         }
     ],
-    "stopPolicy": _LEAF,
+    "stopPolicy": "str",
 }
 
 _FUNGIBILITY_VALUES = {("whenCanBorrow", "Borrow"): "MayStopSearch", ("whenCanPreempt", "Preempt"): "MayStopSearch"}
 
 
-def _unknown_fields(value: Any, shape: Any, path: str) -> list[str]:
-    """Paths inside ``value`` that the v1beta2 schema ``shape`` does not declare."""
-    if shape is None:
-        return []
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_LEAF_CHECKS = {
+    "str": (lambda v: isinstance(v, str), "must be a string"),
+    "int": (_is_int, "must be an integer"),
+    "quantity": (lambda v: _is_int(v) or isinstance(v, str), "must be a quantity (integer or string)"),
+    "strs": (_is_str_list, "must be a list of strings"),
+    "map": (lambda v: isinstance(v, Mapping) and all(isinstance(x, str) for x in v.values()), "must be a map of strings"),
+}
+
+
+def shape_problems(value: Any, shape: Any, path: str = "") -> list[str]:
+    """``"<path>: <reason>"`` for every field of ``value`` that the v1beta2 schema
+    ``shape`` does not declare (the apiserver would prune it) or whose type is wrong."""
+    where = path or "spec"
+    if isinstance(shape, str):
+        check, reason = _LEAF_CHECKS[shape]
+        return [] if check(value) else [f"{where}: {reason}"]
     if isinstance(shape, list):
         if not isinstance(value, list):
-            return []
+            return [f"{where}: must be a list"]
         out: list[str] = []
         for i, item in enumerate(value):
-            out.extend(_unknown_fields(item, shape[0], f"{path}[{i}]"))
+            out.extend(shape_problems(item, shape[0], f"{path}[{i}]"))
         return out
     if not isinstance(value, Mapping):
-        return []
+        return [f"{where}: must be an object"]
     out = []
     for key, sub in value.items():
-        sub_path = f"{path}.{key}" if path else key
+        sub_path = f"{path}.{key}" if path else str(key)
         if key not in shape:
-            out.append(sub_path)
-        else:
-            out.extend(_unknown_fields(sub, shape[key], sub_path))
+            out.append(f"{sub_path}: unknown field, not part of the Kueue v1beta2 ClusterQueue spec")
+        elif sub is not None:
+            out.extend(shape_problems(sub, shape[key], sub_path))
     return out
+
+
+def _drop_nulls(value: Any) -> Any:
+    """Deep copy without ``None`` map values (the apiserver drops nulls of non-nullable fields)."""
+    if isinstance(value, Mapping):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def translate_cluster_queue_spec(spec: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
     """Translate a ClusterQueue spec written with v1beta1 names into a v1beta2 spec.
 
     Returns ``(v1beta2_spec, problems)``; each problem is ``"<field path>: <reason>"``
-    relative to the spec. The input is not modified. Top-level ``None`` and empty
-    string values are dropped (they mean "unset"; an empty name would fail the
-    schema pattern).
+    relative to the spec. The input is not modified. ``None`` values are dropped, and
+    so are top-level empty strings (they mean "unset"; an empty cohort name would
+    fail the schema pattern).
     """
-    src = {k: copy.deepcopy(v) for k, v in (spec or {}).items() if v is not None and v != ""}
+    if not isinstance(spec, Mapping):
+        return {}, [] if spec is None else ["spec: must be an object"]
+    src = {k: _drop_nulls(v) for k, v in spec.items() if v is not None and v != ""}
     problems: list[str] = []
 
     cohort = src.pop("cohort", None)
-    if cohort is not None:
+    if cohort is not None and not isinstance(cohort, str):
+        problems.append("cohort: must be a string")
+    elif cohort is not None:
         existing = src.get("cohortName")
         if existing is not None and existing != cohort:
             problems.append(f"cohort: {cohort!r} conflicts with cohortName {existing!r}; set only one")
@@ -140,7 +181,9 @@ def translate_cluster_queue_spec(spec: Mapping[str, Any] | None) -> tuple[dict[s
             src["cohortName"] = cohort
 
     checks = src.pop("admissionChecks", None)
-    if checks:
+    if checks is not None and not _is_str_list(checks):
+        problems.append("admissionChecks: must be a list of strings")
+    elif checks:
         if src.get("admissionChecksStrategy"):
             problems.append("admissionChecks: cannot be used together with admissionChecksStrategy")
         else:
@@ -154,8 +197,7 @@ def translate_cluster_queue_spec(spec: Mapping[str, Any] | None) -> tuple[dict[s
                 fungibility[key] = new
         src["flavorFungibility"] = fungibility
 
-    for path in _unknown_fields(src, CLUSTER_QUEUE_V1BETA2_FIELDS, ""):
-        problems.append(f"{path}: unknown field, not part of the Kueue v1beta2 ClusterQueue spec")
+    problems.extend(shape_problems(src, CLUSTER_QUEUE_V1BETA2_FIELDS))
     return src, problems
 
 
@@ -294,10 +336,14 @@ def topology(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owne
 
 
 def entry_name(entry: Mapping[str, Any]) -> str | None:
-    """Name of a queue-config list entry (``name`` or ``metadata.name``)."""
-    if entry.get("name"):
-        return entry["name"]
-    return (entry.get("metadata") or {}).get("name")
+    """Name of a queue-config list entry (``name`` or ``metadata.name``; ``None`` unless a non-empty string)."""
+    if not isinstance(entry, Mapping):
+        return None
+    name = entry.get("name")
+    if not name:
+        meta = entry.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 # ---------------------------------------------------------------------------
@@ -344,7 +390,7 @@ def desired_kueue_objects(
     ``objects`` and their existing objects are put on ``hold`` so one bad item never
     tears down something that works.
     """
-    from .validate import validate  # local import: validate uses the translation above
+    from .validate import entries, validate  # local import: validate uses the translation above
 
     spec, qc_name, qc_uid = _split(queue_config)
     uids = dict(cluster_queue_uids or {})
@@ -364,16 +410,16 @@ def desired_kueue_objects(
         return True
 
     topologies, flavors, wpcs, queues, lqs = [], [], [], [], []
-    for i, entry in enumerate(spec.get("topologies") or []):
+    for i, entry in enumerate(entries(spec, "topologies")):
         if usable(TOPOLOGY, i, entry_name(entry)):
             topologies.append(topology(entry, qc_name=qc_name, owner=owner))
-    for i, entry in enumerate(spec.get("resourceFlavors") or []):
+    for i, entry in enumerate(entries(spec, "resourceFlavors")):
         if usable(RESOURCE_FLAVOR, i, entry_name(entry)):
             flavors.append(resource_flavor(entry, qc_name=qc_name, owner=owner))
-    for i, entry in enumerate(spec.get("workloadPriorityClasses") or []):
+    for i, entry in enumerate(entries(spec, "workloadPriorityClasses")):
         if usable(WORKLOAD_PRIORITY_CLASS, i, entry_name(entry)):
             wpcs.append(workload_priority_class(entry, qc_name=qc_name, owner=owner))
-    for i, entry in enumerate(spec.get("clusterQueues") or []):
+    for i, entry in enumerate(entries(spec, "clusterQueues")):
         name = entry_name(entry)
         if not usable(CLUSTER_QUEUE, i, name):
             continue

@@ -93,6 +93,9 @@ def _check_list_entries(spec: Mapping[str, Any], list_name: str, out: list[Probl
     """Limits, names and duplicates of one top-level list."""
     entries = spec.get(list_name) or []
     kind = _KIND_OF_LIST[list_name]
+    if not isinstance(entries, list):
+        out.append(Problem(f"spec.{list_name}", "must be a list", kind))
+        return
     limit = LIMITS[list_name]
     first_seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
@@ -100,6 +103,8 @@ def _check_list_entries(spec: Mapping[str, Any], list_name: str, out: list[Probl
             out.append(Problem(f"spec.{list_name}[{i}]", "must be an object", kind, None, i))
             continue
         name = entry_name(entry)
+        if not isinstance(name, str):
+            name = None
         if i >= limit:
             out.append(
                 Problem(
@@ -129,16 +134,23 @@ def _check_list_entries(spec: Mapping[str, Any], list_name: str, out: list[Probl
             first_seen[name] = i
 
 
-def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
+def _str_name(entry: Any) -> str | None:
     name = entry_name(entry)
+    return name if isinstance(name, str) else None
+
+
+def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
+    name = _str_name(entry)
     base = f"spec.resourceFlavors[{i}]"
 
     def bad(path: str, message: str) -> None:
         out.append(Problem(f"{base}.{path}", message, RESOURCE_FLAVOR, name, i))
 
     labels = entry.get("nodeLabels") or {}
-    if not isinstance(labels, Mapping):
-        bad("nodeLabels", "must be a map of label keys to values")
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        bad("nodeLabels", "must be a map of label keys to string values")
         labels = {}
     if len(labels) > FLAVOR_NODE_LABELS_MAX:
         bad("nodeLabels", f"has {len(labels)} entries, more than the limit of {FLAVOR_NODE_LABELS_MAX}")
@@ -154,10 +166,12 @@ def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
             )
     for list_name, limit in (("taints", FLAVOR_TAINTS_MAX), ("tolerations", FLAVOR_TOLERATIONS_MAX)):
         items = entry.get(list_name) or []
-        if len(items) > limit:
+        if not isinstance(items, list):
+            bad(list_name, "must be a list")
+        elif len(items) > limit:
             bad(list_name, f"has {len(items)} items, more than the limit of {limit}")
     topology_name = entry.get("topologyName")
-    if topology_name and not _DNS1123_SUBDOMAIN.match(str(topology_name)):
+    if topology_name and (not isinstance(topology_name, str) or not _DNS1123_SUBDOMAIN.match(topology_name)):
         bad("topologyName", f"{topology_name!r} is not a valid Topology name")
     if topology_name and not labels:
         bad("nodeLabels", "at least one node label is required when topologyName is set")
@@ -176,13 +190,17 @@ def _check_quantity(value: Any) -> str | None:
 
 
 def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str], out: list[Problem]) -> None:
-    name = entry_name(entry)
+    name = _str_name(entry)
     base = f"spec.clusterQueues[{i}]"
 
     def bad(path: str, message: str) -> None:
         out.append(Problem(f"{base}.{path}", message, CLUSTER_QUEUE, name, i))
 
-    for j, ns in enumerate(entry.get("namespaces") or []):
+    namespaces = entry.get("namespaces") or []
+    if not isinstance(namespaces, list):
+        bad("namespaces", "must be a list of namespace names")
+        namespaces = []
+    for j, ns in enumerate(namespaces):
         if not isinstance(ns, str) or len(ns) > 63 or not _DNS1123_LABEL.match(ns):
             bad(f"namespaces[{j}]", f"{ns!r} is not a valid namespace name")
 
@@ -193,7 +211,9 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
     spec, translation_problems = translate_cluster_queue_spec(raw)
     for problem in translation_problems:
         path, _, message = problem.partition(": ")
-        bad(f"spec.{path}", message)
+        bad(f"spec.{path}" if path != "spec" else "spec", message)
+    if translation_problems:
+        return  # the remaining checks assume a well-formed spec
 
     fungibility = spec.get("flavorFungibility") or {}
     if fungibility.get("preference") and not (
@@ -214,9 +234,19 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
     seen_covered: dict[str, int] = {}
     seen_flavors: dict[str, int] = {}
     has_cohort = bool(spec.get("cohortName"))
-    for g, group in enumerate(spec.get("resourceGroups") or []):
+    groups = spec.get("resourceGroups") or []
+    if not isinstance(groups, list):
+        bad("spec.resourceGroups", "must be a list")
+        groups = []
+    for g, group in enumerate(groups):
         gpath = f"spec.resourceGroups[{g}]"
-        covered = list(group.get("coveredResources") or [])
+        if not isinstance(group, Mapping):
+            bad(gpath, "must be an object")
+            continue
+        covered = group.get("coveredResources") or []
+        if not isinstance(covered, list) or not all(isinstance(c, str) for c in covered):
+            bad(f"{gpath}.coveredResources", "must be a list of resource names")
+            continue
         if not covered:
             bad(f"{gpath}.coveredResources", "must list at least one resource")
         for resource in covered:
@@ -230,10 +260,17 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
         if len(set(covered)) != len(covered):
             bad(f"{gpath}.coveredResources", "lists a resource more than once")
         flavors = group.get("flavors") or []
-        if not flavors:
+        if not isinstance(flavors, list) or not flavors:
             bad(f"{gpath}.flavors", "must list at least one flavor")
+            continue
         for f, flavor in enumerate(flavors):
             fpath = f"{gpath}.flavors[{f}]"
+            resources = flavor.get("resources") if isinstance(flavor, Mapping) else None
+            if not isinstance(flavor, Mapping) or not isinstance(resources or [], list) or not all(
+                isinstance(r, Mapping) for r in resources or []
+            ):
+                bad(fpath, "must be an object with a name and a list of resources")
+                continue
             fname = flavor.get("name")
             if not fname:
                 bad(f"{fpath}.name", "name is required")
@@ -270,7 +307,7 @@ def _check_priority_class(i: int, entry: Mapping[str, Any], out: list[Problem]) 
                 f"spec.workloadPriorityClasses[{i}].value",
                 "is required and must be an integer",
                 WORKLOAD_PRIORITY_CLASS,
-                entry_name(entry),
+                _str_name(entry),
                 i,
             )
         )
@@ -280,51 +317,61 @@ def _check_priority_class(i: int, entry: Mapping[str, Any], out: list[Problem]) 
                 f"spec.workloadPriorityClasses[{i}].value",
                 f"{value} is outside the 32-bit integer range",
                 WORKLOAD_PRIORITY_CLASS,
-                entry_name(entry),
+                _str_name(entry),
                 i,
             )
         )
 
 
 def _check_topology(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
-    name = entry_name(entry)
+    name = _str_name(entry)
     path = f"spec.topologies[{i}].spec.levels"
 
     def bad(message: str, sub: str = "") -> None:
         out.append(Problem(path + sub, message, TOPOLOGY, name, i))
 
-    levels = (entry.get("spec") or {}).get("levels") or []
+    topo_spec = entry.get("spec") or {}
+    levels = topo_spec.get("levels") if isinstance(topo_spec, Mapping) else None
+    if not isinstance(levels, list):
+        levels = []
     if not 1 <= len(levels) <= TOPOLOGY_LEVELS_MAX:
         bad(f"must have between 1 and {TOPOLOGY_LEVELS_MAX} levels, has {len(levels)}")
     labels = [lvl.get("nodeLabel") if isinstance(lvl, Mapping) else None for lvl in levels]
     for j, label in enumerate(labels):
         if not label:
             bad("nodeLabel is required", f"[{j}].nodeLabel")
+        elif not isinstance(label, str):
+            bad("nodeLabel must be a string", f"[{j}].nodeLabel")
         elif labels.index(label) != j:
             bad(f"level {label!r} is listed more than once", f"[{j}].nodeLabel")
         elif label == HOSTNAME_LABEL and j != len(labels) - 1:
             bad(f"{HOSTNAME_LABEL} may only be the last level", f"[{j}].nodeLabel")
 
 
+def entries(spec: Mapping[str, Any], list_name: str) -> list[Any]:
+    """The entries of a top-level list (``[]`` when missing or not a list)."""
+    value = spec.get(list_name)
+    return value if isinstance(value, list) else []
+
+
 def validate(spec: Mapping[str, Any] | None) -> list[Problem]:
     """All problems of a queue-config spec (empty list = valid). Pure."""
-    spec = spec or {}
+    spec = spec if isinstance(spec, Mapping) else {}
     out: list[Problem] = []
     for list_name in ("resourceFlavors", "clusterQueues", "workloadPriorityClasses", "topologies"):
         _check_list_entries(spec, list_name, out)
 
-    flavors = [e for e in spec.get("resourceFlavors") or [] if isinstance(e, Mapping)]
-    flavor_names = {entry_name(e) for e in flavors if entry_name(e)}
-    for i, entry in enumerate(spec.get("resourceFlavors") or []):
+    flavor_names = {_str_name(e) for e in entries(spec, "resourceFlavors")} - {None}
+    for i, entry in enumerate(entries(spec, "resourceFlavors")):
         if isinstance(entry, Mapping):
             _check_flavor(i, entry, out)
-    for i, entry in enumerate(spec.get("clusterQueues") or []):
+    for i, entry in enumerate(entries(spec, "clusterQueues")):
         if isinstance(entry, Mapping):
             _check_cluster_queue(i, entry, flavor_names, out)
-    for i, entry in enumerate(spec.get("workloadPriorityClasses") or []):
+    for i, entry in enumerate(entries(spec, "workloadPriorityClasses")):
         if isinstance(entry, Mapping):
             _check_priority_class(i, entry, out)
-    for i, entry in enumerate(spec.get("topologies") or []):
+    for i, entry in enumerate(entries(spec, "topologies")):
         if isinstance(entry, Mapping):
             _check_topology(i, entry, out)
     return out

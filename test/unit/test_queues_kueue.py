@@ -244,3 +244,22 @@ def test_accepts_model_like_object():
             return queue_config(SPEC)
 
     assert len(desired_kueue_objects(Model(), {"team-a": "u"}).objects) == 8
+
+
+def test_translate_drops_nested_nulls_and_reports_wrong_types():
+    spec, problems = translate_cluster_queue_spec(
+        {"preemption": {"reclaimWithinCohort": None, "withinClusterQueue": "LowerPriority"}, "cohort": None}
+    )
+    assert (spec, problems) == ({"preemption": {"withinClusterQueue": "LowerPriority"}}, [])
+    _, problems = translate_cluster_queue_spec(
+        {"cohort": 3, "admissionChecks": "x", "stopPolicy": 1, "resourceGroups": {"a": 1},
+         "preemption": {"borrowWithinCohort": {"maxPriorityThreshold": "high"}}}
+    )
+    assert problems == [
+        "cohort: must be a string",
+        "admissionChecks: must be a list of strings",
+        "stopPolicy: must be a string",
+        "resourceGroups: must be a list",
+        "preemption.borrowWithinCohort.maxPriorityThreshold: must be an integer",
+    ]
+    assert translate_cluster_queue_spec("oops") == ({}, ["spec: must be an object"])

@@ -182,3 +182,26 @@ def test_problems_name_the_item(spec, expected):
 def test_problem_identifies_item_to_hold():
     (problem,) = validate({"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a"), cq("b", flavors=("x",))]})
     assert (problem.kind, problem.name, problem.index) == ("ClusterQueue", "b", 1)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": "x"}}]},
+        {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": ["x"]}}]},
+        {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": [{"coveredResources": "cpu", "flavors": []}]}}]},
+        {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": ["f"]}]}}]},
+        {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": [
+            {"coveredResources": ["cpu"], "flavors": [{"name": "f", "resources": "cpu"}]}]}}]},
+        {"clusterQueues": [{"name": "q", "namespaces": "ns", "spec": "x"}]},
+        {"clusterQueues": ["q"]},
+        {"resourceFlavors": [{"name": "f", "nodeLabels": ["a"], "taints": "x"}]},
+        {"topologies": [{"metadata": {"name": "t"}, "spec": "x"}, {"metadata": {"name": "u"}, "spec": {"levels": "a"}}]},
+    ],
+)
+def test_malformed_input_is_reported_not_raised(spec):
+    from kaiwo_ctrl.queues.kueue import desired_kueue_objects
+
+    assert validate(spec)
+    state = desired_kueue_objects(spec)  # bad items are left out instead of crashing the reconciler
+    assert all(o["kind"] != "ClusterQueue" for o in state.objects)

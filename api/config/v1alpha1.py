@@ -55,6 +55,15 @@ class KaiwoStorageConfig(ApiModel):
     )
 
 
+class KaiwoStorageConfigOverrides(ApiModel):
+    """The storage settings under their older field name ``data``; no defaults here, so only the
+    values a user actually wrote take effect."""
+
+    default_storage_class: str | None = field(None, description="See storage.defaultStorageClass.")
+    default_data_mount_path: str | None = field(None, description="See storage.defaultDataMountPath.")
+    default_hf_mount_path: str | None = field(None, description="See storage.defaultHfMountPath.")
+
+
 class KaiwoNodeConfig(ApiModel):
     """Node settings."""
 
@@ -138,6 +147,24 @@ class KaiwoConfigSpec(ApiModel):
             "so it follows nodes being added, removed or cordoned."
         ),
     )
+    data: KaiwoStorageConfigOverrides | None = field(
+        None,
+        description=(
+            "Deprecated older name of storage, still accepted so existing manifests keep working. "
+            "Values set here override the same fields of storage."
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_legacy_data(cls, raw: Any) -> Any:
+        # Older manifests spell the storage section "data". The apiserver stores both sections
+        # (storage with its defaults filled in); what the user wrote under data wins.
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict) and raw["data"]:
+            storage = dict(raw.get("storage") or {})
+            storage.update({k: v for k, v in raw["data"].items() if v is not None})
+            raw = {**raw, "storage": storage}
+        return raw
 
 
 class KaiwoConfig(KubeObject):
@@ -292,6 +319,7 @@ __all__ = [
     "KaiwoResourceMonitoringConfig",
     "KaiwoSchedulingConfig",
     "KaiwoStorageConfig",
+    "KaiwoStorageConfigOverrides",
     "SecretValueReference",
     "VERSION",
 ]

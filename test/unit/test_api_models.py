@@ -361,3 +361,23 @@ def test_python_rejects_every_invalid_example_the_apiserver_rejects(obj, python_
     with pytest.raises(ValidationError) as err:
         registry.parse(copy.deepcopy(obj))
     assert python_message in str(err.value)
+
+
+def test_kaiwo_config_legacy_data_section_overrides_storage():
+    # Older docs call the storage section "data"; the apiserver keeps both (storage defaulted).
+    stored = {
+        "metadata": {"name": "kaiwo"},
+        "spec": {
+            "storage": {"defaultDataMountPath": "/workload", "defaultHfMountPath": "/hf_cache"},
+            "data": {"defaultStorageClass": "longhorn", "defaultDataMountPath": "/mnt/data"},
+        },
+    }
+    cfg = KaiwoConfig.model_validate(stored)
+    assert cfg.spec.storage.default_storage_class == "longhorn"
+    assert cfg.spec.storage.default_data_mount_path == "/mnt/data"
+    assert cfg.spec.storage.default_hf_mount_path == "/hf_cache"
+    assert cfg.spec.data.default_hf_mount_path is None
+    # stable when read again
+    assert KaiwoConfig.model_validate(cfg.to_k8s()).spec == cfg.spec
+    # and without the legacy section nothing changes
+    assert KaiwoConfig.model_validate({"metadata": {"name": "kaiwo"}}).spec.data is None

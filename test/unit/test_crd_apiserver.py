@@ -165,3 +165,16 @@ def test_status_and_scale_subresources(api):
 def test_kaiwo_config_has_no_status_subresource(api):
     r = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{by_kind('KaiwoConfig').crd_name}")
     assert "subresources" not in r.json()["spec"]["versions"][0]
+
+
+def test_legacy_data_section_of_kaiwo_config_is_kept_and_honoured(api):
+    from api.config.v1alpha1 import KaiwoConfig
+
+    r = create(api, {"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
+                     "metadata": {"name": "kaiwo"}, "spec": {"data": {"defaultStorageClass": "longhorn"}}})
+    assert r.status_code == 201, r.text
+    spec = r.json()["spec"]
+    assert spec["data"] == {"defaultStorageClass": "longhorn"}  # no defaults materialise under data
+    assert spec["storage"] == {"defaultDataMountPath": "/workload", "defaultHfMountPath": "/hf_cache"}
+    assert KaiwoConfig.model_validate(r.json()).spec.storage.default_storage_class == "longhorn"
+    api.delete(f"{collection('KaiwoConfig')}/kaiwo")

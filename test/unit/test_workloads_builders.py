@@ -386,3 +386,45 @@ def test_typed_model_input_is_accepted():
     from api.kaiwo.v1alpha1 import KaiwoService
     model = KaiwoService.model_validate(ksvc(image="x"))
     assert main_workload(model, WORLD) == main_workload(ksvc(image="x"), WORLD)
+
+
+def test_ray_gpu_model_affinity_on_head_and_workers_toleration_only_on_workers():
+    w = World.from_dicts(nodes=NVIDIA_NODES, queue_config=QUEUES, config={"nodes": {"addTaintsToGpuNodes": True}})
+    (rj,) = desired_children(kjob(ray=True, entrypoint="x", gpus=8, gpuVendor="nvidia", gpuModels=["teslak80"]), w)
+    cluster = rj["spec"]["rayClusterSpec"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    worker = cluster["workerGroupSpecs"][0]["template"]["spec"]
+    for pod in (head, worker):
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][0]["values"] == ["teslak80"]
+    assert "tolerations" not in head
+    assert worker["tolerations"] == [{"key": "kaiwo.silogen.ai/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_ray_service_ignores_entrypoint():
+    (aw,) = desired_children(ksvc(ray=True, entrypoint="#!\nbroken"), WORLD)
+    rs = aw["spec"]["components"][0]["template"]
+    assert "entrypoint" not in rs["spec"]
+    assert all("command" not in c for c in rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"])
+
+
+def test_world_from_whole_objects_and_config_defaults():
+    w = World.from_dicts(
+        config={"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig", "metadata": {"name": "kaiwo"},
+                "spec": {"ray": {"defaultRayImage": "x:1"}}},
+        queue_config={"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig", "spec": QUEUES},
+    )
+    s = w.settings
+    assert (s.default_ray_image, s.head_pod_memory, s.kube_scheduler_name, s.default_cluster_queue_name) == (
+        "x:1", "16Gi", "kaiwo-scheduler", "kaiwo")
+    assert (s.default_data_mount_path, s.default_hf_mount_path, s.default_gpu_resource_key) == (
+        "/workload", "/hf_cache", "amd.com/gpu")
+    assert w.queue_config == QUEUES
+
+
+def test_managed_label_copied_to_every_child_with_labels():
+    obj = ksvc(image="i")
+    obj["metadata"]["labels"] = {"kaiwo.silogen.ai/managed": "true"}
+    (dep,) = desired_children(obj, WORLD)
+    assert dep["metadata"]["labels"]["kaiwo.silogen.ai/managed"] == "true"
+    assert dep["spec"]["template"]["metadata"]["labels"]["kaiwo.silogen.ai/managed"] == "true"

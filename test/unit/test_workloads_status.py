@@ -423,3 +423,20 @@ def test_typed_model_input_gives_same_status():
     from api.kaiwo.v1alpha1 import KaiwoJob
     obj = kjob(gpus=8, gpuVendor="nvidia")
     assert observe("KaiwoJob", KaiwoJob.model_validate(obj), WORLD, ObservedChildren(), None, T0) == run(obj)
+
+
+def test_requeue_after_only_for_current_generation_false_preemptable():
+    cond = {"type": "Preemptable", "status": "False", "reason": "DurationNotExceeded", "message": "",
+            "lastTransitionTime": T0S, "observedGeneration": 1}
+    obj = kjob(running(conditions=[cond]), duration="10m")
+    assert requeue_after(obj, T0 + timedelta(minutes=4)) == timedelta(minutes=6)
+    assert requeue_after(kjob(running(conditions=[cond]), generation=2, duration="10m"), T0) is None
+    assert requeue_after(kjob(running(conditions=[cond])), T0) is None  # no duration
+    assert requeue_after(kjob({"status": "PENDING", "conditions": [cond]}, duration="10m"), T0) is None
+    assert requeue_after(kjob(running(conditions=[cond]), gpus="x", duration="10m"), T0) is None
+
+
+def test_ready_service_is_also_subject_to_its_duration():
+    st = run(ksvc({"status": "READY", "startTime": T0S}, duration="1m"),
+             ObservedChildren(main=dep(available=2, ready=2)), [ADMITTED], now=T0 + timedelta(minutes=2))
+    assert st["status"] == "READY" and cond_map(st)["Preemptable"][0] == "True"

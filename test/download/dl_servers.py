@@ -319,7 +319,7 @@ class HubRepo:
         self.repo_id = repo_id
         self.files = files
         self.token = token
-        self.sha = hashlib.sha1(repo_id.encode() + b"".join(sorted(files))).hexdigest()
+        self.sha = hashlib.sha1((repo_id + "".join(sorted(files))).encode()).hexdigest()
 
 
 def make_hf_server(repos: list[HubRepo]) -> BackgroundHTTPServer:

@@ -82,16 +82,36 @@ def _differences(desired: Any, existing: Any, path: str, out: list[str]) -> None
                 else:
                     _differences(item, other, f"{path}[{item['name']}]", out)
             return
-        if len(desired) != len(existing):
-            out.append(path)
+        if all(isinstance(i, Mapping) for i in desired):
+            # Unnamed objects (tolerations, ...): each desired item must be
+            # contained in some existing item; others may have added their own.
+            for i, item in enumerate(desired):
+                if not any(not _differences_of(item, other) for other in existing):
+                    out.append(f"{path}[{i}]")
             return
-        for i, (a, b) in enumerate(zip(desired, existing)):
-            _differences(a, b, f"{path}[{i}]", out)
+        if len(desired) != len(existing) or any(not _same_scalar(a, b) for a, b in zip(desired, existing)):
+            out.append(path)
         return
     if desired is None:
         return
     if not _same_scalar(desired, existing):
         out.append(path)
+
+
+def _differences_of(desired: Any, existing: Any) -> list[str]:
+    out: list[str] = []
+    _differences(desired, existing, "", out)
+    return out
+
+
+def is_controlled_by(child: Mapping[str, Any], owner_uid: str) -> bool:
+    """Whether ``child`` has a controller owner reference to ``owner_uid``. A Job
+    the Job webhook adopted for a KaiwoJob (§16) is not controlled by it: the
+    reconciler must read its status but never apply to it."""
+    for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid") == owner_uid:
+            return True
+    return False
 
 
 def immutable_drift(kind: str, existing_child: Mapping[str, Any], desired_child: Mapping[str, Any]) -> list[str]:

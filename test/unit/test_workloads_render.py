@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kaiwo_ctrl.workloads.drift import immutable_drift
+from kaiwo_ctrl.workloads.drift import immutable_drift, is_controlled_by
 from kaiwo_ctrl.workloads.render import RenderError, render
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
@@ -105,5 +105,28 @@ def test_deployment_only_selector_is_immutable_and_unknown_kinds_have_none():
 
 def test_appwrapper_components_and_rayjob_entrypoint():
     assert immutable_drift("AppWrapper", {"spec": {"components": [{"template": {"a": 1}}]}},
-                           {"spec": {"components": [{"template": {"a": 2}}]}}) == ["spec.components[0].template.a"]
+                           {"spec": {"components": [{"template": {"a": 2}}]}}) == ["spec.components[0]"]
     assert immutable_drift("RayJob", {"spec": {"entrypoint": "a"}}, {"spec": {"entrypoint": "b"}}) == ["spec.entrypoint"]
+
+
+def test_tolerations_added_by_kueue_are_not_drift_but_removed_ones_are():
+    tol = {"key": "kaiwo.silogen.ai/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    desired = copy.deepcopy(JOB)
+    desired["spec"]["template"]["spec"]["tolerations"] = [tol]
+    live = server_view(desired)
+    live["spec"]["template"]["spec"]["tolerations"] = [{"key": "flavor", "operator": "Exists"}, tol]
+    assert immutable_drift("Job", live, desired) == []
+    live["spec"]["template"]["spec"]["tolerations"] = [{"key": "flavor", "operator": "Exists"}]
+    assert immutable_drift("Job", live, desired) == ["spec.template.spec.tolerations[0]"]
+
+
+def test_command_order_matters():
+    desired = copy.deepcopy(JOB)
+    desired["spec"]["template"]["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", "y"]
+    assert immutable_drift("Job", server_view(JOB), desired) == ["spec.template.spec.containers[workload].command"]
+
+
+def test_is_controlled_by():
+    assert is_controlled_by(JOB, JOB["metadata"]["ownerReferences"][0]["uid"])
+    assert not is_controlled_by(JOB, "other")
+    assert not is_controlled_by({"metadata": {"ownerReferences": [{"uid": "u", "controller": False}]}}, "u")

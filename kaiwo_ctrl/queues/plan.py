@@ -16,6 +16,9 @@ Fields Kueue made immutable cannot be updated in place, so a change there plans 
 *re-create* (delete, then create): Topology levels, LocalQueue clusterQueue, and a
 ResourceFlavor's nodeLabels/tolerations/topologyName once it has a topologyName.
 
+An object already being deleted is neither deleted again nor updated; a desired
+object whose namesake is still terminating is reported as *blocked* until it is gone.
+
 Deletes are limited to objects carrying both ``app.kubernetes.io/managed-by:
 kaiwo-ctrl`` and ``kaiwo.silogen.ai/queue-config: <name>`` that are no longer
 desired and not on hold. Objects made by hand are never deleted; a hand-made
@@ -72,11 +75,19 @@ class Plan:
     updates: list[dict] = field(default_factory=list)
     recreates: list[dict] = field(default_factory=list)
     deletes: list[dict] = field(default_factory=list)
+    #: desired objects whose existing namesake is still being deleted (finalizers,
+    #: e.g. Kueue's resource-in-use): nothing to write now, sync again later.
+    blocked: list[dict] = field(default_factory=list)
     reasons: dict[Key, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
+        """No write to make (``blocked`` items need a later retry, not a write)."""
         return not (self.creates or self.updates or self.recreates or self.deletes)
+
+    def out_of_sync(self) -> list[str]:
+        """Status lines for objects that stay out of sync after this plan runs."""
+        return [f"{key_str(object_key(o))}: {self.reasons[object_key(o)]}" for o in self.blocked]
 
     def describe(self) -> list[str]:
         """One human-readable line per planned write, in plan order."""
@@ -230,6 +241,10 @@ def _is_ours(obj: Mapping[str, Any], queue_config_name: str) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and labels.get(QUEUE_CONFIG_LABEL) == queue_config_name
 
 
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def _held(key: Key, hold: set[Key]) -> bool:
     return key in hold or (key[0], None, key[2]) in hold
 
@@ -274,6 +289,10 @@ def plan_sync(
         if _held(key, hold):
             continue
         current = have.get(key)
+        if current is not None and _deleting(current):
+            plan.blocked.append(copy.deepcopy(dict(want)))
+            plan.reasons[key] = "waiting for the old object to finish deleting"
+            continue
         if current is None:
             plan.creates.append(copy.deepcopy(dict(want)))
             plan.reasons[key] = "missing"
@@ -292,7 +311,7 @@ def plan_sync(
             plan.reasons[key] = ", ".join(reasons) + " differ" if len(reasons) > 1 else reasons[0] + " differs"
     for key in sorted(have, key=lambda k: _order(k, reverse=True)):
         obj = have[key]
-        if key in desired_keys or _held(key, hold) or not _is_ours(obj, queue_config_name):
+        if key in desired_keys or _held(key, hold) or not _is_ours(obj, queue_config_name) or _deleting(obj):
             continue
         plan.deletes.append(obj)
         plan.reasons[key] = "no longer listed in the queue config"

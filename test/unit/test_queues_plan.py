@@ -234,3 +234,18 @@ def test_existing_read_as_v1beta1_compares_equal():
             o["apiVersion"] = "kueue.x-k8s.io/v1beta1"
             o["spec"]["cohort"] = o["spec"].pop("cohortName")
     assert plan_sync(state.objects, stored, state.hold).empty
+
+
+def test_terminating_objects_block_instead_of_being_rewritten():
+    state = desired()
+    stored = as_stored(state.objects)
+    for o in stored:
+        if o["kind"] == "ResourceFlavor":
+            o["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+            o["spec"]["nodeLabels"] = {"changed": "x"}  # would otherwise plan a re-create
+    stale = {"kind": "ClusterQueue", "metadata": {"name": "old", "labels": OURS,
+                                                  "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}
+    plan = plan_sync(state.objects, stored + [stale], state.hold)
+    assert plan.empty
+    assert [object_key(o) for o in plan.blocked] == [("ResourceFlavor", None, "f")]
+    assert plan.out_of_sync() == ["ResourceFlavor f: waiting for the old object to finish deleting"]

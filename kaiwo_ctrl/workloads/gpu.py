@@ -55,7 +55,7 @@ def _pool_gpus(pool: str, vendor: str) -> int | None:
 
 
 def cluster_gpu_stats(nodes: Iterable[Mapping], vendor: str, default_gpu_key: str = AMD_GPU) -> ClusterGpuStats:
-    """§6.1, with two deliberate differences from the reference implementation:
+    """§6.1, with three deliberate differences from the reference implementation:
 
     * cordoned nodes (``spec.unschedulable``) are skipped: they keep their
       ``kaiwo/nodepool`` label but can take no new pods, so counting them

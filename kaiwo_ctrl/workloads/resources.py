@@ -3,7 +3,6 @@ merge into main and init containers."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,7 +130,3 @@ def container_requests_gpu(container: Mapping[str, Any], gpu_key: str) -> bool:
                 if q is None or q > 0:
                     return True
     return False
-
-
-def copy_resources(resources: Mapping[str, Any] | None) -> dict[str, Any]:
-    return copy.deepcopy(dict(resources or {}))

@@ -233,11 +233,23 @@ def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[st
     }
 
 
-def _meta(name: str, qc_name: str, owner: dict | None, namespace: str | None = None) -> dict[str, Any]:
+def _meta(
+    name: str,
+    qc_name: str,
+    owner: dict | None,
+    namespace: str | None = None,
+    entry_meta: Any = None,
+) -> dict[str, Any]:
+    """Object metadata; labels/annotations given in an entry's own ``metadata``
+    (WorkloadPriorityClass, Topology) are kept, our ownership labels win."""
     meta: dict[str, Any] = {"name": name}
     if namespace is not None:
         meta["namespace"] = namespace
-    meta["labels"] = managed_labels(qc_name)
+    extra = entry_meta if isinstance(entry_meta, Mapping) else {}
+    user_labels = extra.get("labels") if isinstance(extra.get("labels"), Mapping) else {}
+    meta["labels"] = {**user_labels, **managed_labels(qc_name)}
+    if isinstance(extra.get("annotations"), Mapping) and extra["annotations"]:
+        meta["annotations"] = dict(extra["annotations"])
     if owner is not None:
         meta["ownerReferences"] = [owner]
     return meta
@@ -317,7 +329,7 @@ def workload_priority_class(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CO
     obj: dict[str, Any] = {
         "apiVersion": KUEUE_API_VERSION,
         "kind": WORKLOAD_PRIORITY_CLASS,
-        "metadata": _meta(entry_name(entry), qc_name, owner),
+        "metadata": _meta(entry_name(entry), qc_name, owner, entry_meta=entry.get("metadata")),
         "value": entry.get("value"),
     }
     if entry.get("description"):
@@ -330,7 +342,7 @@ def topology(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owne
     return {
         "apiVersion": TOPOLOGY_API_VERSION,
         "kind": TOPOLOGY,
-        "metadata": _meta(entry_name(entry), qc_name, owner),
+        "metadata": _meta(entry_name(entry), qc_name, owner, entry_meta=entry.get("metadata")),
         "spec": {"levels": levels},
     }
 

@@ -10,7 +10,8 @@ plans nothing:
 * LocalQueue: ``spec.clusterQueue``;
 * WorkloadPriorityClass: ``value`` and ``description``;
 * Topology: ``spec.levels``;
-* on every kind: our two labels and our owner reference.
+* on every kind: our two labels (plus labels/annotations an entry's own metadata
+  asks for; others on the object are left alone) and our owner reference.
 
 Fields Kueue made immutable cannot be updated in place, so a change there plans a
 *re-create* (delete, then create): Topology levels, LocalQueue clusterQueue, and a
@@ -199,6 +200,9 @@ def _metadata_changes(desired: Mapping[str, Any], existing: Mapping[str, Any]) -
     have_labels = have.get("labels") or {}
     if any(have_labels.get(k) != v for k, v in (want.get("labels") or {}).items()):
         changes.append("labels")
+    have_annotations = have.get("annotations") or {}
+    if any(have_annotations.get(k) != v for k, v in (want.get("annotations") or {}).items()):
+        changes.append("annotations")
     have_uids = {ref.get("uid") for ref in have.get("ownerReferences") or []}
     if any(ref.get("uid") not in have_uids for ref in want.get("ownerReferences") or []):
         changes.append("owner reference")
@@ -213,6 +217,8 @@ def _merged_update(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> d
     meta = obj.setdefault("metadata", {})
     want = desired.get("metadata") or {}
     meta["labels"] = {**(meta.get("labels") or {}), **(want.get("labels") or {})}
+    if want.get("annotations"):
+        meta["annotations"] = {**(meta.get("annotations") or {}), **want["annotations"]}
     refs = [dict(r) for r in meta.get("ownerReferences") or []]
     for ref in want.get("ownerReferences") or []:
         refs = [r for r in refs if r.get("uid") != ref.get("uid")]

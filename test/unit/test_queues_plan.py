@@ -249,3 +249,21 @@ def test_terminating_objects_block_instead_of_being_rewritten():
     assert plan.empty
     assert [object_key(o) for o in plan.blocked] == [("ResourceFlavor", None, "f")]
     assert plan.out_of_sync() == ["ResourceFlavor f: waiting for the old object to finish deleting"]
+
+
+def test_entry_metadata_labels_and_annotations_are_kept_and_synced():
+    spec = copy.deepcopy(SPEC)
+    spec["workloadPriorityClasses"][0]["metadata"] = {
+        "name": "high", "labels": {"team": "a", "app.kubernetes.io/managed-by": "someone"},
+        "annotations": {"note": "x"}}
+    state = desired(spec)
+    wpc = next(o for o in state.objects if o["kind"] == "WorkloadPriorityClass")
+    assert wpc["metadata"]["labels"] == {"team": "a", **OURS}  # ownership labels cannot be overridden
+    assert wpc["metadata"]["annotations"] == {"note": "x"}
+    stored = as_stored(state.objects)
+    assert plan_sync(state.objects, stored, state.hold).empty
+    for o in stored:
+        if o["kind"] == "WorkloadPriorityClass":
+            o["metadata"]["annotations"] = {"note": "old", "other": "kept"}
+    (update,) = plan_sync(state.objects, stored, state.hold).updates
+    assert update["metadata"]["annotations"] == {"note": "x", "other": "kept"}

@@ -362,10 +362,13 @@ def _topology(name: str, *labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"levels": _levels(*labels)}}
 
 
-#: Objects both the apiserver (with the generated CRDs) and the Python models
-#: must reject: ``(manifest, apiserver message fragment, Python error fragment)``.
-INVALID_EXAMPLES: list[tuple[dict[str, Any], str, str]] = [
-    (_cfg("other"), "metadata.name must be 'kaiwo'", "metadata.name must be 'kaiwo'"),
+#: Objects the apiserver (with the generated CRDs) rejects:
+#: ``(manifest, apiserver message fragment, Python error fragment)``. The Python models reject
+#: them too, except the metadata.name rules (Python fragment ``None``), which only the apiserver
+#: enforces.
+INVALID_EXAMPLES: list[tuple[dict[str, Any], str, str | None]] = [
+    (_cfg("other"), "metadata.name must be 'kaiwo'", None),
+    ({**_qc({}), "metadata": {"name": "queues"}}, "metadata.name must be 'kaiwo'", None),
     (_cfg(resourceMonitoring={"terminateUnderutilizedAfter": "1d"}),
      "spec.resourceMonitoring.terminateUnderutilizedAfter", "terminateUnderutilizedAfter"),
     (_cfg(resourceMonitoring={"profile": "cpu"}), 'Unsupported value: "cpu"', "profile"),
@@ -393,7 +396,7 @@ INVALID_EXAMPLES: list[tuple[dict[str, Any], str, str]] = [
     (_qc({"topologies": [_topology("t")]}), "should have at least 1 items", "levels"),
     (_qc({"topologies": [_topology("t", "a"), _topology("t", "b")]}), "topologies: metadata.name must be unique",
      "topologies: metadata.name must be unique"),
-    (_model("x" * 41), "metadata.name must be at most 40 characters", "metadata.name must be at most 40 characters"),
+    (_model("x" * 41), "metadata.name must be at most 40 characters", None),
     (_model(url="http://example.com/m"), "url must start with", "url must start with"),
     (_model(url="gs://bucket/m"), "gs:// urls require a cacheProfile", "gs:// urls require a cacheProfile"),
     (_model(url="oss://bucket/m"), "oss:// urls require a cacheProfile", "oss:// urls require a cacheProfile"),

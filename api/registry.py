@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.config.v1alpha1 import KAIWO_CONFIG_NAME, AIMNamespaceConfig, KaiwoConfig
-from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoQueueConfig, KaiwoService
+from api.kaiwo.v1alpha1 import KAIWO_QUEUE_CONFIG_NAME, KaiwoJob, KaiwoQueueConfig, KaiwoService
 from api.kubeai.v1 import MODEL_NAME_MAX, Model
 from api.meta import KubeObject
 
@@ -28,7 +28,9 @@ class KindInfo:
     #: ``{"specReplicasPath": ..., "statusReplicasPath": ...}`` when the kind has a scale subresource.
     scale_subresource: dict[str, str] | None = None
     printer_columns: tuple[dict[str, Any], ...] = ()
-    #: CEL rules ``(rule, message)`` on the object root (may use metadata.name).
+    #: CEL rules ``(rule, message)`` on the object root (may use metadata.name). They are enforced by
+    #: the apiserver only: the Python models accept any name, so a controller can still read and
+    #: report on objects created before the rule existed.
     root_validations: tuple[tuple[str, str], ...] = field(default=())
 
     @property
@@ -105,6 +107,12 @@ KINDS: tuple[KindInfo, ...] = (
         printer_columns=(
             {"name": "WorkloadStatus", "type": "string", "jsonPath": ".status.status"},
             AGE_COLUMN,
+        ),
+        root_validations=(
+            (
+                f"self.metadata.name == '{KAIWO_QUEUE_CONFIG_NAME}'",
+                f"metadata.name must be '{KAIWO_QUEUE_CONFIG_NAME}': KaiwoQueueConfig is a cluster singleton",
+            ),
         ),
     ),
     KindInfo(

@@ -180,15 +180,6 @@ class KaiwoConfig(KubeObject):
         default_factory=KaiwoConfigSpec, description="Operator configuration; every field has a default."
     )
 
-    @model_validator(mode="after")
-    def _singleton_name(self) -> KaiwoConfig:
-        # Mirrors the CRD rule; an object without a name (being built) is allowed.
-        if self.metadata.name is not None and self.metadata.name != KAIWO_CONFIG_NAME:
-            raise ValueError(
-                f"metadata.name must be '{KAIWO_CONFIG_NAME}': KaiwoConfig is a cluster singleton"
-            )
-        return self
-
 
 # --------------------------------------------------------------------------
 # AIMNamespaceConfig

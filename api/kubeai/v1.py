@@ -230,12 +230,6 @@ class Model(KubeObject):
     spec: ModelSpec | None = field(None, description="Desired state of the model.")
     status: ModelStatus | None = field(None, description="Observed state of the model.")
 
-    @model_validator(mode="after")
-    def _name_length(self) -> Model:
-        if self.metadata.name is not None and len(self.metadata.name) > MODEL_NAME_MAX:
-            raise ValueError(f"metadata.name must be at most {MODEL_NAME_MAX} characters")
-        return self
-
 
 class ModelList(ApiModel):
     """A list of Models."""

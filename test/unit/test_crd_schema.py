@@ -347,6 +347,7 @@ def test_time_and_int64_formats():
 
 CEL = [
     ("KaiwoConfig", "", "metadata.name must be 'kaiwo'"),
+    ("KaiwoQueueConfig", "", "metadata.name must be 'kaiwo'"),
     ("Model", "", "metadata.name must be at most 40 characters"),
     ("KaiwoQueueConfig", ".spec.clusterQueues", "clusterQueues: name must be unique"),
     ("KaiwoQueueConfig", ".spec.resourceFlavors", "resourceFlavors: name must be unique"),

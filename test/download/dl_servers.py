@@ -580,16 +580,18 @@ class Azurite:
                 "127.0.0.1",
                 "--blobPort",
                 str(self.port),
-                "--location",
-                str(workdir),
                 "--inMemoryPersistence",
                 "--skipApiVersionCheck",
                 "--silent",
             ],
+            cwd=str(workdir),
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(workdir / "azurite.stderr", "wb"),  # noqa: SIM115 - kept for the process lifetime
         )
-        wait_http(f"http://127.0.0.1:{self.port}/", proc=self.proc)
+        try:
+            wait_http(f"http://127.0.0.1:{self.port}/", proc=self.proc)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {(workdir / 'azurite.stderr').read_text(errors='replace')}") from None
 
     def connection_string(self, key: str = AZURITE_KEY) -> str:
         return (

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
@@ -323,10 +322,3 @@ def plan_sync(
         plan.reasons[key] = "no longer listed in the queue config"
     return plan
 
-
-def quantities_equal(a: Any, b: Any) -> bool:
-    """Compare two quantities by value (``"1Gi" == 1073741824``)."""
-    qa, qb = _quantity(a), _quantity(b)
-    if isinstance(qa, Decimal) and isinstance(qb, Decimal):
-        return qa == qb
-    return a == b

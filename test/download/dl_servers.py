@@ -46,11 +46,11 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise RuntimeError(f"{url} did not come up within {timeout}s: {last}")
 
 
-def stop_process(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
@@ -600,4 +600,5 @@ class Azurite:
         )
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        # In-memory only, nothing to flush; Azurite takes ~10 s to honour SIGTERM.
+        stop_process(self.proc, grace=2.0)

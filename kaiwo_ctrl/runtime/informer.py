@@ -172,26 +172,33 @@ class Informer:
 
     async def run(self) -> None:
         resync = asyncio.create_task(self._resync_loop()) if self.resync_period else None
+        need_list, list_rv = True, "0"
         try:
-            rv_for_list = "0"
             while True:
                 try:
-                    await self._list_and_replace(rv_for_list)
-                    await self._watch_loop()
-                    rv_for_list = self.last_sync_rv  # watch ended by an error: relist not older than what we saw
+                    if need_list:
+                        await self._list_and_replace(list_rv)
+                        need_list = False
+                    await self._watch_once()  # a clean server-side end: watch again, no relist
                 except ApiError as e:
-                    self.last_error = str(e)
+                    self.last_error = str(e)[:500]
                     if e.gone:
-                        rv_for_list = ""
-                        reason = "expired"
+                        # our resourceVersion is compacted away: only a relist helps
+                        need_list, list_rv, reason, delay = True, "", "expired", 0.0
+                    elif not need_list and e.status in (0, 429):
+                        # connection refused/reset, overload: back off, resume the watch
+                        reason, delay = "watch-error", self._backoff.next()
                     else:
-                        reason = "error"
+                        need_list, list_rv, reason = True, self.last_sync_rv or "0", "error"
+                        delay = self._backoff.next()
                     if self.metrics:
-                        self.metrics.informer_relist(self.name, reason)
-                    delay = 0.0 if e.gone else self._backoff.next()
+                        if need_list:
+                            self.metrics.informer_relist(self.name, reason)
+                        else:
+                            self.metrics.informer_watch_restart(self.name, reason)
                     log.info(
-                        "informer relisting",
-                        extra={"kind": self.name, "reason": reason, "error": str(e)[:300], "delay": round(delay, 3)},
+                        "informer retrying",
+                        extra={"kind": self.name, "reason": reason, "error": str(e)[:300], "delay": round(delay, 3), "relist": need_list},
                     )
                     if delay:
                         await asyncio.sleep(delay)
@@ -200,8 +207,8 @@ class Informer:
                 except Exception as e:  # noqa: BLE001 - keep the informer alive whatever happens
                     self.last_error = repr(e)
                     log.exception("informer loop failed", extra={"kind": self.name})
+                    need_list, list_rv = True, ""
                     await asyncio.sleep(self._backoff.next())
-                    rv_for_list = ""
         finally:
             if resync:
                 resync.cancel()
@@ -260,31 +267,30 @@ class Informer:
         if self.metrics:
             self.metrics.informer_objects(self.name, len(self.store))
 
-    async def _watch_loop(self) -> None:
-        """Watch until an error; normal server-side ends resume from the last RV."""
-        while True:
-            started = time.monotonic()
-            events = 0
-            stream = self.client.watch(
-                self.resource,
-                self.namespace,
-                resource_version=self.last_sync_rv,
-                timeout_seconds=random.randint(*self.watch_timeout),
-                label_selector=self.label_selector,
-                field_selector=self.field_selector,
-                inactivity_timeout=self.inactivity_timeout,
-            )
-            try:
-                async for ev in stream:
-                    events += 1
-                    self._handle(ev)
-            finally:
-                await stream.aclose()
-            self.watch_restarts += 1
-            if self.metrics:
-                self.metrics.informer_watch_restart(self.name, "closed")
-            if events == 0 and time.monotonic() - started < 1.0:
-                raise ApiError(0, "very short watch", "WATCH", str(self.resource))
+    async def _watch_once(self) -> None:
+        """One watch stream from the last resourceVersion, until the server ends it."""
+        started = time.monotonic()
+        events = 0
+        stream = self.client.watch(
+            self.resource,
+            self.namespace,
+            resource_version=self.last_sync_rv,
+            timeout_seconds=random.randint(*self.watch_timeout),
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            inactivity_timeout=self.inactivity_timeout,
+        )
+        try:
+            async for ev in stream:
+                events += 1
+                self._handle(ev)
+        finally:
+            await stream.aclose()
+        self.watch_restarts += 1
+        if self.metrics:
+            self.metrics.informer_watch_restart(self.name, "closed")
+        if events == 0 and time.monotonic() - started < 1.0:
+            raise ApiError(0, "very short watch", "WATCH", str(self.resource))
 
     def _handle(self, ev: Mapping[str, Any]) -> None:
         typ = ev.get("type")

@@ -1,0 +1,174 @@
+"""The shared informer against a real kube-apiserver: events, restart, 410."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import Counter
+
+import httpx
+import pytest
+
+from kaiwo_ctrl.runtime.client import Client, RestConfig
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.resources import CONFIGMAPS
+from support import eventually
+from support.netfault import Relay
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, bool]] = []
+
+    def on_add(self, obj, initial):
+        self.events.append(("add", obj["metadata"]["name"], initial))
+
+    def on_update(self, old, new):
+        self.events.append(("update", new["metadata"]["name"], False))
+
+    def on_delete(self, obj, tombstone):
+        self.events.append(("delete", obj["metadata"]["name"], tombstone))
+
+
+class Reasons:
+    def __init__(self) -> None:
+        self.relists: Counter[str] = Counter()
+        self.restarts: Counter[str] = Counter()
+
+    def informer_event(self, kind, t):
+        pass
+
+    def informer_objects(self, kind, n):
+        pass
+
+    def informer_relist(self, kind, reason):
+        self.relists[reason] += 1
+
+    def informer_watch_restart(self, kind, reason):
+        self.restarts[reason] += 1
+
+
+def cm(name: str, **data: str) -> dict:
+    return {"metadata": {"name": name}, "data": data}
+
+
+def server_state(admin, ns: str) -> dict[str, str]:
+    items = admin.get(f"/api/v1/namespaces/{ns}/configmaps").json()["items"]
+    return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
+
+
+def cache_state(inf: Informer) -> dict[str, str]:
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in inf.list()}
+
+
+async def test_sees_create_update_delete(client, admin, namespace):
+    admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("before", a="1"))
+    inf = Informer(client, CONFIGMAPS, namespace=namespace)
+    rec = Recorder()
+    inf.add_handler(rec)
+    inf.start()
+    try:
+        assert await inf.wait_synced(30)
+        assert rec.events == [("add", "before", True)]
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("x", a="1"))
+        await eventually(lambda: inf.get("x", namespace), what="x cached")
+        admin.patch(
+            f"/api/v1/namespaces/{namespace}/configmaps/x",
+            json={"data": {"a": "2"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        await eventually(lambda: (inf.get("x", namespace) or {}).get("data") == {"a": "2"}, what="update cached")
+        admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/x")
+        await eventually(lambda: inf.get("x", namespace) is None, what="delete cached")
+        assert rec.events[1:] == [("add", "x", False), ("update", "x", False), ("delete", "x", False)]
+        # managedFields are trimmed from the cache
+        assert "managedFields" not in inf.get("before", namespace)["metadata"]
+        # a handler registered late gets the cached objects as initial adds
+        late = Recorder()
+        inf.add_handler(late)
+        assert late.events == [("add", "before", True)]
+    finally:
+        await inf.stop()
+
+
+async def test_recovers_after_apiserver_restart(control_plane, client, admin, namespace):
+    for n in ("a", "b"):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
+    reasons = Reasons()
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, metrics=reasons)
+    inf._backoff.initial = 0.2
+    inf.start()
+    try:
+        assert await inf.wait_synced(30)
+        control_plane.stop_apiserver()
+        await asyncio.sleep(1.0)
+        control_plane.start_apiserver()
+        # change the world right after the restart, before the informer is back
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("c", v="1"))
+        admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/a")
+        admin.patch(
+            f"/api/v1/namespaces/{namespace}/configmaps/b",
+            json={"data": {"v": "2"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        want = server_state(admin, namespace)
+        await eventually(lambda: cache_state(inf) == want, timeout=60, what="cache equals server list")
+        assert set(want) == {"b", "c"}
+        assert sum(reasons.restarts.values()) + sum(reasons.relists.values()) >= 1
+        assert inf.last_error is not None  # it did see the outage
+    finally:
+        await inf.stop()
+
+
+def _etcd_compact(control_plane) -> int:
+    base = f"http://127.0.0.1:{control_plane.etcd_port}"
+    rev = int(httpx.post(f"{base}/v3/kv/range", json={"key": base64.b64encode(b"/").decode()}).json()["header"]["revision"])
+    r = httpx.post(f"{base}/v3/kv/compaction", json={"revision": str(rev), "physical": True})
+    assert r.status_code == 200, r.text
+    return rev
+
+
+async def test_410_gone_leads_to_relist_with_final_state(control_plane, admin, namespace):
+    """Watch resumes from a compacted resourceVersion -> 410 -> relist; nothing missed."""
+    relay = await Relay(control_plane.api_port).start()
+    cfg = await RestConfig.load(str(control_plane.kubeconfig))
+    cfg.host = f"https://127.0.0.1:{relay.port}"
+    c = Client(cfg)
+    for n in ("keep", "gone", "changed"):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
+    reasons = Reasons()
+    rec = Recorder()
+    inf = Informer(c, CONFIGMAPS, namespace=namespace, metrics=reasons)
+    inf._backoff.initial = 0.2
+    inf.add_handler(rec)
+    inf.start()
+    try:
+        assert await inf.wait_synced(30)
+        old_rv = inf.last_sync_rv
+        relay.cut()  # the informer is partitioned away
+        await asyncio.sleep(0.3)
+        admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/gone")
+        admin.patch(
+            f"/api/v1/namespaces/{namespace}/configmaps/changed",
+            json={"data": {"v": "final"}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("new", v="1"))
+        rev = _etcd_compact(control_plane)
+        assert rev > int(old_rv)
+        # a fresh watch cache starts after the compaction: the old RV is too old everywhere
+        control_plane.stop_apiserver()
+        control_plane.start_apiserver()
+        relay.heal()
+        want = server_state(admin, namespace)
+        await eventually(lambda: cache_state(inf) == want, timeout=60, what="cache equals server list after 410")
+        assert reasons.relists["expired"] >= 1, (reasons.relists, reasons.restarts, inf.last_error)
+        assert inf.get("changed", namespace)["data"] == {"v": "final"}
+        # the delete we never saw arrives as a tombstone
+        assert ("delete", "gone", True) in rec.events
+    finally:
+        await inf.stop()
+        await c.close()
+        await relay.close()

@@ -1,15 +1,20 @@
 """Wires the Kaiwo reconcilers onto a runtime Manager.
 
-This is the only module that knows both the runtime and the domain: it asks
-the manager's cache for the informers each reconciler needs and registers
-the controllers. ``kaiwo-ctrl run`` calls :func:`build_operator`.
+This is the only module that knows both the runtime and the domain: each
+domain package exposes ``setup(mgr, ...)`` which asks the manager's cache for
+the informers it needs and registers its controllers. ``kaiwo-ctrl run``
+calls :func:`build_operator`.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.settings import ensure_config
+
+log = logging.getLogger("kaiwo_ctrl.operator")
 
 
 async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False) -> None:
@@ -18,3 +23,9 @@ async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None,
 
         add_demo_controller(mgr, tracer=tracer)
         return
+    await ensure_config(mgr.client)
+    from kaiwo_ctrl.queues import controller as queues
+    from kaiwo_ctrl.workloads import controller as workloads
+
+    queues.setup(mgr, tracer=tracer)
+    workloads.setup(mgr, workers=workers, tracer=tracer)

@@ -82,21 +82,40 @@ class Controller:
     def enqueue(self, req: Request) -> None:
         self.queue.add(req)
 
-    def for_(self, informer: Informer, predicates: Sequence[Predicate] = ()) -> "Controller":
+    def _enqueuer(self, debounce: float) -> Callable[[Request], None]:
+        if debounce <= 0:
+            return self.enqueue
+        # add_after keeps the earliest ready time, so a burst of events within
+        # ``debounce`` seconds collapses into one reconcile at the end of it
+        return lambda req: self.queue.add_after(req, debounce)
+
+    def for_(self, informer: Informer, predicates: Sequence[Predicate] = (), *, debounce: float = 0.0) -> "Controller":
         """Reconcile the objects of this informer themselves."""
-        return self._watch(informer, EnqueueObject(self.enqueue, predicates))
+        return self._watch(informer, EnqueueObject(self._enqueuer(debounce), predicates))
 
     def owns(
-        self, informer: Informer, owner_group: str, owner_kind: str, *, owner_namespaced: bool = True, predicates: Sequence[Predicate] = ()
+        self,
+        informer: Informer,
+        owner_group: str,
+        owner_kind: str,
+        *,
+        owner_namespaced: bool = True,
+        predicates: Sequence[Predicate] = (),
+        debounce: float = 0.0,
     ) -> "Controller":
         """Reconcile the controller owner of each object of this informer."""
-        return self._watch(informer, EnqueueOwner(self.enqueue, owner_group, owner_kind, owner_namespaced, predicates))
+        return self._watch(informer, EnqueueOwner(self._enqueuer(debounce), owner_group, owner_kind, owner_namespaced, predicates))
 
     def watches(
-        self, informer: Informer, map_fn: Callable[[Any], Iterable[Request]], predicates: Sequence[Predicate] = ()
+        self,
+        informer: Informer,
+        map_fn: Callable[[Any], Iterable[Request]],
+        predicates: Sequence[Predicate] = (),
+        *,
+        debounce: float = 0.0,
     ) -> "Controller":
         """Reconcile whatever ``map_fn`` maps each object of this informer to."""
-        return self._watch(informer, EnqueueMapped(self.enqueue, map_fn, predicates))
+        return self._watch(informer, EnqueueMapped(self._enqueuer(debounce), map_fn, predicates))
 
     def _watch(self, informer: Informer, handler: Any) -> "Controller":
         self._sources.append((informer, handler))

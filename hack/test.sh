@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every test: unit, integration (real etcd + kube-apiserver) and e2e.
+# Does its own set-up first (./hack/setup.sh). Extra arguments go to pytest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+./hack/setup.sh
+t0=$(date +%s)
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+rc=$?
+set -e
+echo "[test] pytest finished in $(( $(date +%s) - t0 ))s with exit code $rc" >&2
+if [ "$rc" = 5 ]; then
+  echo "[test] pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"

@@ -173,9 +173,14 @@ def test_server_killed_mid_file_then_rerun_completes(s3_server, run_download, se
     assert "big/blob.bin" in failed["item"]
     assert "gave up after 3 attempts" in failed["error"]
     assert [e for e in events if e["event"] == "retry"], "no retries were logged"
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress, "no progress lines during a throttled transfer"
+    assert progress[0]["file"] == "big/blob.bin" and progress[0]["total"] == len(body)
+    assert 0 < progress[0]["bytes"] <= len(body) and progress[0]["rate_bps"] > 0 and progress[0]["rate"].endswith("/s")
     # Nothing that looks complete, and no temporary file either.
     assert not (data / "out/blob.bin").exists()
-    assert not list((data / "out").glob("*")) if (data / "out").exists() else True
+    if (data / "out").exists():
+        assert not list((data / "out").iterdir())
 
     # The server is back (same address): the re-run completes.
     relay2 = TcpRelay(s3_server.port, port=relay.port)

@@ -17,7 +17,9 @@ HF directory (``--hf-dir``, else ``hfHome``, else ``$HF_HOME``, else
 
 Behaviour:
 
-* Transfers run in parallel, at most ``--parallel`` at a time (default 8).
+* Transfers run in parallel: at most ``--parallel`` files at a time (default 8)
+  across S3/GCS/Azure/Git/per-file HF tasks; a whole-repository Hugging Face
+  snapshot runs as one task that uses its own pool of the same size.
 * Each file is written to a hidden temporary name next to its destination
   (``.<name>.kaiwo-partial-<random>``) and renamed into place only once
   complete; leftovers of a killed run are removed on the next run. A

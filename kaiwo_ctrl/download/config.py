@@ -225,6 +225,28 @@ def read_secret(ref: ValueReference, label: str) -> str:
     return value.strip()
 
 
+def secret_fragments(value: str) -> list[str]:
+    """The whole secret plus the parts of it that could appear on their own in
+    an error message: each line, the key material inside a service-account JSON,
+    and the key/signature fields of an Azure connection string."""
+    out = [value, *value.splitlines()]
+    try:
+        doc = json.loads(value)
+    except (json.JSONDecodeError, TypeError):
+        doc = None
+    if isinstance(doc, dict):
+        for key in ("private_key", "private_key_id", "client_secret", "refresh_token"):
+            v = doc.get(key)
+            if isinstance(v, str) and v:
+                out += [v, *v.splitlines()]
+    if ";" in value and "=" in value:
+        for part in value.split(";"):
+            name, _, v = part.partition("=")
+            if name.strip().lower() in ("accountkey", "sharedaccesssignature", "sig") and v:
+                out.append(v.strip())
+    return [f for f in out if f.strip() and not f.startswith("-----")]
+
+
 # Re-exported for callers that build configs programmatically.
 S3Item = S3DownloadItem
 GCSItem = GCSDownloadItem

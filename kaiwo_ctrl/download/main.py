@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import DEFAULT_DATA_DIR, DEFAULT_HF_DIR, DownloadConfig, read_secret
+from .config import DEFAULT_DATA_DIR, DEFAULT_HF_DIR, DownloadConfig, read_secret, secret_fragments
 from .objectstore import Context
 from .transfer import ConfigError, DownloadError, EventLog, ExitCode, RetryPolicy, Runner, Task
 
@@ -93,10 +93,8 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
     # Read every mounted secret once, up front: a missing mount fails before any
     # transfer starts, and each value is scrubbed from all later log output.
     for label, ref in cfg.value_references():
-        value = read_secret(ref, label)
-        log.add_secret(value)
-        for line in value.splitlines():
-            log.add_secret(line)
+        for fragment in secret_fragments(read_secret(ref, label)):
+            log.add_secret(fragment)
     for env_name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         if os.environ.get(env_name):
             log.add_secret(os.environ[env_name])

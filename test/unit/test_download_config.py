@@ -83,3 +83,14 @@ def test_missing_file_and_secret(tmp_path):
         read_secret(ValueReference(file=str(tmp_path / "missing")), "s3[0].secretKey")
     (tmp_path / "s").write_text("  value-with-newline\n")
     assert read_secret(ValueReference(file=str(tmp_path / "s")), "x") == "value-with-newline"
+
+
+def test_secret_fragments_cover_embedded_key_material():
+    from kaiwo_ctrl.download.config import secret_fragments
+
+    conn = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=QUJDREVGR0hJSktMTU5PUA==;EndpointSuffix=core.windows.net"
+    assert "QUJDREVGR0hJSktMTU5PUA==" in secret_fragments(conn)
+    sa = json.dumps({"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvAIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n", "private_key_id": "abc123def456"})
+    frags = secret_fragments(sa)
+    assert "MIIEvAIBADANBgkqhkiG9w0BAQEFAASC" in frags and "abc123def456" in frags
+    assert not [f for f in frags if f.startswith("-----")]  # the PEM armour lines are not secret

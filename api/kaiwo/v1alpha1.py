@@ -396,20 +396,64 @@ class EmbeddedObjectMeta(ApiModel):
     annotations: dict[str, str] | None = field(None, description="Annotations for the managed object.")
 
 
+_CLUSTER_QUEUE_SPEC_DESCRIPTION = (
+    "Kueue ClusterQueueSpec (resourceGroups, cohort, preemption, queueingStrategy, ...) the "
+    "ClusterQueue is kept equal to. Fields not listed here are kept as written."
+)
+
+
+def _opaque(description: str) -> dict[str, Any]:
+    return {"description": description, "type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+#: Partial schema: the fields Kaiwo copies are named and typed, anything else is kept as written.
+#: No defaults here: Kueue's own ClusterQueue CRD defaults queueingStrategy/stopPolicy on the
+#: ClusterQueue, and the queue config must keep exactly what the user (or the operator) wrote.
+CLUSTER_QUEUE_SPEC_SCHEMA: dict[str, Any] = {
+    "description": _CLUSTER_QUEUE_SPEC_DESCRIPTION,
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "resourceGroups": {
+            "description": "Resource groups: covered resources and the flavors that give them quota.",
+            "type": "array",
+            "maxItems": 16,
+            "items": _opaque("One resource group (coveredResources and flavors with their quotas)."),
+        },
+        "cohort": {"description": "Cohort this ClusterQueue borrows within (Kueue v1beta1 name).", "type": "string"},
+        "cohortName": {"description": "Cohort this ClusterQueue borrows within (Kueue v1beta2 name).", "type": "string"},
+        "queueingStrategy": {
+            "description": "StrictFIFO or BestEffortFIFO (Kueue defaults it to BestEffortFIFO).",
+            "type": "string",
+            "enum": ["StrictFIFO", "BestEffortFIFO"],
+        },
+        "namespaceSelector": _opaque("Namespaces allowed to submit to this queue; {} selects all."),
+        "flavorFungibility": _opaque("Whether to try the next flavor before borrowing or preempting."),
+        "preemption": _opaque("Preemption policies of the queue."),
+        "admissionChecks": {
+            "description": "Admission checks required by this queue.",
+            "type": "array",
+            "items": {"type": "string"},
+        },
+        "admissionChecksStrategy": _opaque("Per-flavor admission check strategy."),
+        "stopPolicy": {
+            "description": "None, Hold or HoldAndDrain (Kueue defaults it to None); anything but None makes the queue inactive.",
+            "type": "string",
+            "enum": ["None", "Hold", "HoldAndDrain"],
+        },
+        "fairSharing": _opaque("Fair-sharing weight of the queue."),
+    },
+}
+
+
 class ClusterQueue(ApiModel):
     """A Kueue ClusterQueue managed by Kaiwo."""
 
     name: str = field(description="Name of the ClusterQueue.", min_length=1, max_length=NAME_MAX)
     spec: dict[str, Any] | None = field(
         None,
-        description=(
-            "Kueue ClusterQueueSpec (resourceGroups, cohort, preemption, queueingStrategy, ...) the "
-            "ClusterQueue is kept equal to."
-        ),
-        schema=embedded_object(
-            "Kueue ClusterQueueSpec (resourceGroups, cohort, preemption, queueingStrategy, ...) the "
-            "ClusterQueue is kept equal to."
-        ),
+        description=_CLUSTER_QUEUE_SPEC_DESCRIPTION,
+        schema=CLUSTER_QUEUE_SPEC_SCHEMA,
     )
     namespaces: list[str] | None = field(
         None,

@@ -319,8 +319,8 @@ def test_nothing_required_at_the_top_of_kaiwo_specs(kind):
         ("KaiwoJob", ".spec.rayJob"),
         ("KaiwoService", ".spec.deployment"),
         ("KaiwoService", ".spec.rayService"),
-        ("KaiwoQueueConfig", ".spec.clusterQueues[].spec"),
         ("KaiwoJob", ".spec.env[].valueFrom"),
+        ("KaiwoQueueConfig", ".spec.clusterQueues[].spec.preemption"),
         ("Model", ".spec.envFrom[]"),
     ],
 )
@@ -329,6 +329,19 @@ def test_embedded_objects_preserve_unknown_fields(kind, path):
     assert node["type"] == "object"
     assert node["x-kubernetes-preserve-unknown-fields"] is True
     assert "properties" not in node
+
+
+def test_cluster_queue_spec_is_kept_as_written():
+    # Typed where Kaiwo copies fields, but no defaults: the stored spec equals what was written,
+    # so comparing it with a freshly built default queue spec stays meaningful.
+    node = node_at(schema("KaiwoQueueConfig"), ".spec.clusterQueues[].spec")
+    assert node["x-kubernetes-preserve-unknown-fields"] is True
+    assert node["properties"]["queueingStrategy"]["enum"] == ["StrictFIFO", "BestEffortFIFO"]
+    assert node["properties"]["stopPolicy"]["enum"] == ["None", "Hold", "HoldAndDrain"]
+    assert node["properties"]["resourceGroups"]["maxItems"] == 16
+    assert not [p for p, n in walk(node) if "default" in n]
+    written = {"cohort": "kaiwo", "namespaceSelector": {}, "futureField": {"a": 1}}
+    assert apply_defaults(node, prune(node, written)) == written
 
 
 def test_resource_quantities_are_int_or_string():

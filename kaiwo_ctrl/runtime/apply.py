@@ -17,10 +17,10 @@ from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 
 
 def _scalar_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b  # True must not equal 1
     if a == b:
         return True
-    if isinstance(a, bool) or isinstance(b, bool):
-        return False
     if isinstance(a, (str, int, float)) and isinstance(b, (str, int, float)):
         try:
             return parse_quantity(a) == parse_quantity(b)

@@ -1,0 +1,251 @@
+"""The permissions the operator needs, and the RBAC manifests generated from them.
+
+Every rule below names the code that needs it. ``hack/gen-rbac``
+(``python -m kaiwo_ctrl.rbac``) writes ``config/rbac/role.yaml`` (the
+ClusterRole), ``config/rbac/leader_election_role.yaml`` (the namespaced Role)
+and the editor/viewer ClusterRoles for users; ``--check`` only compares.
+
+``test/unit/test_rbac.py`` keeps this list honest: a static scan of
+``kaiwo_ctrl/`` finds every client call and informer with the resource it
+touches, and fails when a used verb is not granted here or a granted verb is
+not used. The e2e suite then runs the operator as the ServiceAccount of
+``config/default`` (bound to exactly these roles) and requires no 403.
+
+Verb mapping (what the apiserver authorizes for each client method):
+``get``/``get_or_none`` -> get; ``list``/``list_all`` -> list; ``watch`` ->
+watch; informers -> list + watch; ``create`` -> create; ``replace`` ->
+update; ``patch`` -> patch; ``apply`` (server-side apply) -> patch, plus
+create because applying an object that does not exist creates it;
+``delete`` -> delete. A ``subresource=`` (or the ``*_status`` helpers)
+targets ``<resource>/<subresource>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RBAC_DIR = REPO_ROOT / "config" / "rbac"
+
+VERB_ORDER = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One resource (or subresource) of one API group and the verbs needed on it."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+    why: str
+    #: For ``<kind>/finalizers`` only: (file, text) proving an owner reference
+    #: with ``blockOwnerDeletion: true`` is built there (checked by the tests).
+    evidence: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.verbs) - set(VERB_ORDER)
+        if unknown:
+            raise ValueError(f"unknown verbs {sorted(unknown)} for {self.resource}")
+        if "*" in self.resource or "*" in self.group:
+            raise ValueError("no wildcards")
+
+
+KAIWO = "kaiwo.silogen.ai"
+CONFIG = "config.kaiwo.silogen.ai"
+KUEUE = "kueue.x-k8s.io"
+
+#: The ClusterRole of the operator (``config/rbac/role.yaml``).
+CLUSTER_RULES: tuple[Rule, ...] = (
+    # --- core ---------------------------------------------------------------
+    Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder: create an Event, patch count/lastTimestamp of a repeat"),
+    Rule(
+        "",
+        "nodes",
+        ("get", "list", "watch", "patch"),
+        "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
+    ),
+    # --- our own kinds ------------------------------------------------------
+    Rule(
+        CONFIG,
+        "kaiwoconfigs",
+        ("get", "list", "watch", "create"),
+        "settings/__init__.py: ensure_config reads and creates KaiwoConfig/kaiwo at start-up; Settings informer",
+    ),
+    Rule(
+        KAIWO,
+        "kaiwoqueueconfigs",
+        ("list", "watch", "create", "patch"),
+        "queues/controller.py: informer; creates the default queue config and patches its spec",
+    ),
+    Rule(KAIWO, "kaiwoqueueconfigs/status", ("patch",), "queues/controller.py: status patch"),
+    Rule(
+        KAIWO,
+        "kaiwoqueueconfigs/finalizers",
+        ("update",),
+        "queues/kueue.py: Kueue objects carry a controller owner reference (blockOwnerDeletion) to the queue config",
+        evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
+    ),
+    # --- Kueue --------------------------------------------------------------
+    Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(KUEUE, "clusterqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(
+        KUEUE,
+        "clusterqueues/finalizers",
+        ("update",),
+        "queues/kueue.py: queue-config LocalQueues carry a controller owner reference (blockOwnerDeletion) to their ClusterQueue",
+        evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "CLUSTER_QUEUE")),
+    ),
+    Rule(KUEUE, "localqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+)
+
+#: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),
+#: bound in the operator's namespace.
+LEADER_ELECTION_RULES: tuple[Rule, ...] = (
+    Rule(
+        "coordination.k8s.io",
+        "leases",
+        ("get", "create", "update"),
+        "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
+    ),
+    Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
+)
+
+#: Kinds users work with: (group, plural, kind label used in file/role names).
+USER_KINDS: tuple[tuple[str, str, str], ...] = (
+    (KAIWO, "kaiwojobs", "kaiwojob"),
+    (KAIWO, "kaiwoservices", "kaiwoservice"),
+    (KAIWO, "kaiwoqueueconfigs", "kaiwoqueueconfig"),
+    (CONFIG, "kaiwoconfigs", "kaiwoconfig"),
+)
+
+HEADER = "# Generated by hack/gen-rbac (python -m kaiwo_ctrl.rbac) from kaiwo_ctrl/rbac.py. Do not edit.\n"
+
+
+def _sorted_verbs(verbs: Iterable[str]) -> list[str]:
+    return sorted(set(verbs), key=VERB_ORDER.index)
+
+
+def policy_rules(rules: Iterable[Rule]) -> list[dict]:
+    """Rules merged the way RBAC reads them: one entry per (group, verbs), resources sorted."""
+    by_resource: dict[tuple[str, str], set[str]] = {}
+    for r in rules:
+        by_resource.setdefault((r.group, r.resource), set()).update(r.verbs)
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), verbs in by_resource.items():
+        grouped.setdefault((group, tuple(_sorted_verbs(verbs))), []).append(resource)
+    out = []
+    for (group, verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1])[0])):
+        out.append({"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)})
+    return out
+
+
+def granted(rules: Iterable[Rule]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) triples the rules grant."""
+    return {(r.group, r.resource, v) for r in rules for v in r.verbs}
+
+
+def _dump(doc: dict) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def cluster_role() -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "manager-role", "labels": {"app.kubernetes.io/name": "kaiwo-ctrl"}},
+        "rules": policy_rules(CLUSTER_RULES),
+    }
+
+
+def leader_election_role() -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "leader-election-role", "labels": {"app.kubernetes.io/name": "kaiwo-ctrl"}},
+        "rules": policy_rules(LEADER_ELECTION_RULES),
+    }
+
+
+def user_roles(kind_label: str, group: str, plural: str) -> dict[str, dict]:
+    """Editor and viewer ClusterRoles for one kind (namespaced kinds aggregate into edit/view)."""
+    namespaced = plural in ("kaiwojobs", "kaiwoservices")
+    editor_labels = {"app.kubernetes.io/name": "kaiwo-ctrl"}
+    viewer_labels = {"app.kubernetes.io/name": "kaiwo-ctrl"}
+    if namespaced:
+        editor_labels.update(
+            {"rbac.authorization.k8s.io/aggregate-to-admin": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+        )
+        viewer_labels["rbac.authorization.k8s.io/aggregate-to-view"] = "true"
+    editor = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"{kind_label}-editor-role", "labels": editor_labels},
+        "rules": [
+            {"apiGroups": [group], "resources": [plural], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [group], "resources": [f"{plural}/status"], "verbs": ["get"]},
+        ],
+    }
+    viewer = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"{kind_label}-viewer-role", "labels": viewer_labels},
+        "rules": [
+            {"apiGroups": [group], "resources": [plural], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [group], "resources": [f"{plural}/status"], "verbs": ["get"]},
+        ],
+    }
+    return {f"{kind_label}_editor_role.yaml": editor, f"{kind_label}_viewer_role.yaml": viewer}
+
+
+def _commented_cluster_role() -> str:
+    """role.yaml: the ClusterRole, preceded by the reason for every rule."""
+    lines = [HEADER.rstrip("\n"), "#", "# Why each permission is needed (kaiwo_ctrl/rbac.py):"]
+    for r in sorted(CLUSTER_RULES, key=lambda r: (r.group, r.resource)):
+        lines.append(f"#   {r.group or 'core'} {r.resource} [{', '.join(_sorted_verbs(r.verbs))}]: {r.why}")
+    return "\n".join(lines) + "\n" + _dump(cluster_role())
+
+
+def generated_files() -> dict[str, str]:
+    """File name (in config/rbac) -> content."""
+    files = {
+        "role.yaml": _commented_cluster_role(),
+        "leader_election_role.yaml": HEADER + _dump(leader_election_role()),
+    }
+    for group, plural, label in USER_KINDS:
+        for name, doc in user_roles(label, group, plural).items():
+            files[name] = HEADER + _dump(doc)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kaiwo_ctrl.rbac", description="write config/rbac from kaiwo_ctrl/rbac.py")
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 and print a diff when stale")
+    p.add_argument("--dir", type=Path, default=RBAC_DIR)
+    args = p.parse_args(argv)
+    stale = 0
+    for name, text in generated_files().items():
+        path = args.dir / name
+        current = path.read_text() if path.exists() else ""
+        if current == text:
+            continue
+        if args.check:
+            stale += 1
+            sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True), str(path), f"{path} (generated)"))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -65,7 +65,11 @@ def run_download(tmp_path):
         cfg_path.write_text(json.dumps(config))
         full_env = dict(os.environ)
         full_env.pop("HF_TOKEN", None)
-        full_env.update(env or {})
+        for key, value in (env or {}).items():
+            if value is None:  # None removes the variable
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
         full_env["PYTHONPATH"] = str(REPO_ROOT)
         proc = subprocess.run(
             downloader_cmd(cfg_path, data_dir, hf_dir, extra), capture_output=True, text=True, env=full_env, timeout=timeout, cwd=str(REPO_ROOT)

@@ -107,6 +107,11 @@ def test_wrong_secret_key_is_auth_failure(s3_server, run_download, secret_file, 
     assert "credentials rejected" in r.failed["error"]
     assert wrong not in r.stderr
     assert not (tmp_path / "d" / "x.txt").exists()
+    # The Secret is fixed; the re-run completes.
+    secret_file("s3-secret", s3_server.secret_access_key)
+    r = run_download(cfg, data_dir=tmp_path / "d")
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "d" / "x.txt").read_bytes() == b"x"
 
 
 def test_unknown_access_key_is_auth_failure(s3_server, run_download, secret_file, tmp_path):
@@ -133,6 +138,11 @@ def test_missing_object_and_missing_bucket(s3_server, run_download, secret_file,
     assert r.code == 4, r.stderr
     assert r.failed["kind"] == "not_found"
     assert "absent.txt" in r.failed["item"] and "absent.txt" in r.failed["error"]
+    # The object is uploaded; the re-run completes.
+    s3_server.client.put_object(Bucket=bucket, Key="absent.txt", Body=b"now here")
+    r = run_download(cfg, data_dir=tmp_path / "d")
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "d" / "a.txt").read_bytes() == b"now here"
 
     cfg = {"s3": [_item(s3_server.endpoint, secret_file, s3_server, [{"name": "no-such-bucket-kaiwo", "files": [{"path": "a", "targetPath": "a"}]}])]}
     r = run_download(cfg, data_dir=tmp_path / "d")
@@ -233,3 +243,25 @@ def test_parallel_many_files(s3_server, run_download, secret_file, tmp_path):
     for key, body in objs.items():
         assert (tmp_path / "d/m" / key.split("/", 1)[1]).read_bytes() == body
     assert len(r.by_event("file_done")) == 40
+
+
+def test_unauthenticated_s3_when_no_secret_is_named(run_download, tmp_path):
+    """No accessKeyId/secretKey: requests go out unsigned (a public bucket).
+    Uses an in-process ThreadedMotoServer, which has IAM auth off."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        c = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
+        c.create_bucket(Bucket="public-data")
+        c.put_object(Bucket="public-data", Key="open/readme.txt", Body=b"public", ACL="public-read")
+        env = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_PROFILE": None}
+        r = run_download({"s3": [{"endpointUrl": endpoint, "buckets": [{"name": "public-data", "folders": [{"path": "open", "targetPath": "o"}]}]}]}, data_dir=tmp_path / "d", env=env)
+    finally:
+        server.stop()
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "d/o/readme.txt").read_bytes() == b"public"

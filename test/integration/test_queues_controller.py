@@ -1,0 +1,704 @@
+"""KaiwoQueueConfig controller, node-pool watcher and startup task on a real kube-apiserver.
+
+These tests own the cluster-scoped singletons (KaiwoConfig/kaiwo,
+KaiwoQueueConfig/kaiwo), Nodes and every Kueue object, so they run on a
+dedicated control plane of their own instead of the shared session one. Nodes
+are simulated: Node objects with status.capacity/allocatable. There is no
+controller-manager, so no garbage collection: tests assert on objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from decimal import Decimal
+
+import pytest
+
+from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
+from kaiwo_ctrl.quantity import parse_quantity
+from kaiwo_ctrl.runtime.handler import Request
+from support import eventually
+
+pytestmark = pytest.mark.integration
+
+MERGE = {"Content-Type": "application/merge-patch+json"}
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+QC_URL = "/apis/kaiwo.silogen.ai/v1alpha1/kaiwoqueueconfigs"
+CONFIG_URL = "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs"
+CLUSTER_KINDS = ("resourceflavors", "clusterqueues", "workloadpriorityclasses", "topologies")
+OURS = {"app.kubernetes.io/managed-by": "kaiwo-ctrl", "kaiwo.silogen.ai/queue-config": "kaiwo"}
+
+AMD_LABELS = {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM", "beta.amd.com/gpu.family.AI": "8"}
+NVIDIA_LABELS = {"nvidia.com/gpu.product": "Tesla-K80", "nvidia.com/gpu.count": "8"}
+
+CPU_FLAVOR = "cpu-only-0gpu-7core-14gi"  # 8 cores, 16Gi
+NVIDIA_FLAVOR = "nvidia-teslak80-8gpu-28core-230gi"  # 32 cores, 256Gi
+AMD_FLAVOR = "amd-mi300x-8gpu-57core-460gi"  # 64 cores, 512Gi
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+
+def node_body(name: str, kind: str = "cpu", labels: dict | None = None) -> dict:
+    if kind == "cpu":
+        capacity, extra = {"cpu": "8", "memory": "16Gi"}, {}
+    elif kind == "nvidia":
+        capacity, extra = {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}, NVIDIA_LABELS
+    elif kind == "amd":
+        capacity, extra = {"cpu": "64", "memory": "512Gi", "amd.com/gpu": "8"}, AMD_LABELS
+    else:
+        raise ValueError(kind)
+    capacity = {**capacity, "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **extra, **(labels or {})}},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def add_node(admin, name: str, kind: str = "cpu", labels: dict | None = None) -> dict:
+    """Create a Node and patch its status capacity/allocatable, as a kubelet would."""
+    body = node_body(name, kind, labels)
+    r = admin.post("/api/v1/nodes", json=body)
+    assert r.status_code == 201, r.text
+    r = admin.patch(f"/api/v1/nodes/{name}/status", json={"status": body["status"]}, headers=MERGE)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def get(admin, path: str) -> dict | None:
+    r = admin.get(path)
+    if r.status_code == 404:
+        return None
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def names(admin, plural: str) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in admin.get(f"{KUEUE}/{plural}").json()["items"])
+
+
+def local_queues(admin) -> list[str]:
+    items = admin.get(f"{KUEUE}/localqueues").json()["items"]
+    return sorted(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in items)
+
+
+def quota(cq: dict | None, flavor: str, resource: str) -> Decimal | None:
+    for group in ((cq or {}).get("spec") or {}).get("resourceGroups") or []:
+        for f in group["flavors"]:
+            if f["name"] == flavor:
+                for r in f["resources"]:
+                    if r["name"] == resource:
+                        return parse_quantity(r["nominalQuota"])
+    return None
+
+
+def gpu_taints(node: dict) -> list[dict]:
+    return [t for t in node["spec"].get("taints") or [] if t["key"] == "kaiwo.silogen.ai/gpu"]
+
+
+def condition(obj: dict | None, type_: str) -> dict:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c
+    return {}
+
+
+def queue_config(admin) -> dict | None:
+    return get(admin, f"{QC_URL}/kaiwo")
+
+
+def set_config(admin, spec: dict) -> None:
+    r = admin.patch(f"{CONFIG_URL}/kaiwo", json={"spec": spec}, headers=MERGE)
+    assert r.status_code == 200, r.text
+
+
+def put_queue_config_spec(admin, spec: dict):
+    """Replace the queue config's spec; returns the response (retries conflicts with the operator)."""
+    for _ in range(50):
+        cur = admin.get(f"{QC_URL}/kaiwo").json()
+        cur["spec"] = spec
+        r = admin.put(f"{QC_URL}/kaiwo", json=cur)
+        if r.status_code != 409:
+            return r
+        time.sleep(0.05)
+    raise AssertionError("could not write the queue config")
+
+
+def hand_made(admin) -> None:
+    """Kueue objects an administrator made by hand (no kaiwo-ctrl labels)."""
+    for plural, body in (
+        ("resourceflavors", {"metadata": {"name": "admin-flavor"}, "spec": {}}),
+        ("clusterqueues", {"metadata": {"name": "admin-cq"}, "spec": {"namespaceSelector": {}}}),
+        ("workloadpriorityclasses", {"metadata": {"name": "admin-prio"}, "value": 7}),
+        ("topologies", {"metadata": {"name": "admin-topology"}, "spec": {"levels": [{"nodeLabel": "rack"}]}}),
+    ):
+        kind = {"resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue",
+                "workloadpriorityclasses": "WorkloadPriorityClass", "topologies": "Topology"}[plural]
+        r = admin.post(f"{KUEUE}/{plural}", json={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, **body})
+        assert r.status_code == 201, r.text
+    r = admin.post(
+        f"{KUEUE}/namespaces/default/localqueues",
+        json={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+              "metadata": {"name": "admin-lq"}, "spec": {"clusterQueue": "admin-cq"}},
+    )
+    assert r.status_code == 201, r.text
+
+
+def hand_made_present(admin) -> bool:
+    return (
+        "admin-flavor" in names(admin, "resourceflavors")
+        and "admin-cq" in names(admin, "clusterqueues")
+        and "admin-prio" in names(admin, "workloadpriorityclasses")
+        and "admin-topology" in names(admin, "topologies")
+        and "default/admin-lq" in local_queues(admin)
+    )
+
+
+def reset_cluster(admin) -> None:
+    """Remove what the tests and the operator made (no garbage collector runs here)."""
+    for plural in CLUSTER_KINDS:
+        admin.delete(f"{KUEUE}/{plural}")
+    for lq in admin.get(f"{KUEUE}/localqueues").json()["items"]:
+        admin.delete(f"{KUEUE}/namespaces/{lq['metadata']['namespace']}/localqueues/{lq['metadata']['name']}")
+    admin.delete(f"{QC_URL}/kaiwo")
+    admin.delete(f"{CONFIG_URL}/kaiwo")
+    admin.delete("/api/v1/nodes")
+    paths = [f"{KUEUE}/{p}" for p in CLUSTER_KINDS] + [f"{KUEUE}/localqueues", QC_URL, CONFIG_URL, "/api/v1/nodes"]
+    deadline = time.monotonic() + 30
+    while any(admin.get(p).json()["items"] for p in paths):
+        assert time.monotonic() < deadline, "cluster not emptied"
+        time.sleep(0.05)
+
+
+class RunningOperator:
+    """The queue-config part of the operator in-process: ensure_config, setup, Manager.run."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> "RunningOperator":
+        from kaiwo_ctrl.queues import controller as queues
+        from kaiwo_ctrl.runtime.client import Client
+        from kaiwo_ctrl.runtime.manager import Manager
+        from kaiwo_ctrl.runtime.metrics import Metrics
+        from kaiwo_ctrl.settings import ensure_config
+
+        client = await Client.from_kubeconfig(str(self.plane.kubeconfig))
+        self.mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+        await ensure_config(client)
+        self.rec = queues.setup(self.mgr)
+        self._task = asyncio.create_task(self.mgr.run(self._stop))
+        await asyncio.wait_for(self.mgr.is_leader.wait(), 60)
+        await asyncio.wait_for(self.rec.startup_done.wait(), 60)
+        return self
+
+    @property
+    def controller(self):
+        return next(c for c in self.mgr.controllers if c.name == "kaiwoqueueconfig")
+
+    @property
+    def writes(self) -> int:
+        return self.mgr.client.writes
+
+    async def idle(self, settle: float = 1.5) -> None:
+        """Wait until the controller has nothing queued, delayed or running, twice over ``settle``."""
+        q, ctl = self.controller.queue, self.controller
+
+        def quiet() -> bool:
+            return len(q) == 0 and q.waiting_count() == 0 and ctl.active == 0
+
+        await eventually(quiet, timeout=30, what="queue-config controller idle")
+        await asyncio.sleep(settle)
+        await eventually(quiet, timeout=30, what="queue-config controller idle")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 60)
+            self._task = None
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    """A control plane of our own: these tests rewrite cluster-wide singletons."""
+    p = ControlPlane(directory=tmp_path_factory.mktemp("queues-plane"), assets=locate_assets())
+    p.start(install_crds=True)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(plane):
+    with plane.http() as h:
+        # freshly installed CRDs answer 429 "storage is (re)initializing" for a moment
+        paths = [f"{KUEUE}/{p}" for p in CLUSTER_KINDS] + [f"{KUEUE}/localqueues", QC_URL, CONFIG_URL]
+        deadline = time.monotonic() + 120
+        while any(h.get(p).status_code != 200 for p in paths):
+            assert time.monotonic() < deadline, "CRD storage not ready"
+            time.sleep(0.2)
+        yield h
+
+
+@pytest.fixture
+async def operator(plane, kube):
+    reset_cluster(kube)
+    running: list[RunningOperator] = []
+
+    async def start() -> RunningOperator:
+        op = await RunningOperator(plane).start()
+        running.append(op)
+        return op
+
+    yield start
+    for op in running:
+        await op.stop()
+    reset_cluster(kube)
+
+
+def new_namespace(admin, name: str) -> str:
+    r = admin.post("/api/v1/namespaces", json={"metadata": {"name": name}})
+    assert r.status_code in (201, 409), r.text
+    return name
+
+
+async def assert_idle_without_writes(op: RunningOperator, rounds: int = 3) -> None:
+    """An unchanged world: reconciles run, nothing is written."""
+    await op.idle()
+    writes, count = op.writes, op.controller.reconciles
+    for _ in range(rounds):
+        op.controller.enqueue(Request("", "kaiwo"))
+        await op.idle(settle=0.3)
+    assert op.controller.reconciles >= count + rounds
+    assert op.writes == writes, f"idle operator wrote {op.writes - writes} times: {op.rec.stats}"
+
+
+# ---------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------
+
+
+async def test_defaults_appear_on_start_from_amd_and_nvidia_pools(operator, kube):
+    add_node(kube, "cpu-0")
+    for i in range(2):
+        add_node(kube, f"nv-{i}", "nvidia")
+    for i in range(3):
+        add_node(kube, f"amd-{i}", "amd")
+    assert get(kube, f"{CONFIG_URL}/kaiwo") is None and queue_config(kube) is None
+
+    op = await operator()
+
+    config = get(kube, f"{CONFIG_URL}/kaiwo")
+    assert config is not None, "the default KaiwoConfig is created at start"
+    assert config["spec"]["defaultClusterQueueName"] == "kaiwo"  # CRD defaults filled in by the apiserver
+    qc = await eventually(lambda: queue_config(kube), what="default KaiwoQueueConfig")
+    flavors = {f["name"]: f for f in qc["spec"]["resourceFlavors"]}
+    assert set(flavors) == {CPU_FLAVOR, NVIDIA_FLAVOR, AMD_FLAVOR}
+    assert flavors[AMD_FLAVOR]["nodeLabels"] == {"kaiwo/nodepool": AMD_FLAVOR}
+    assert [t["metadata"]["name"] for t in qc["spec"]["topologies"]] == ["default-topology"]
+    assert [q["name"] for q in qc["spec"]["clusterQueues"]] == ["kaiwo"]
+
+    # Kueue objects (v1beta2) created from it
+    cq = await eventually(lambda: get(kube, f"{KUEUE}/clusterqueues/kaiwo"), what="default ClusterQueue")
+    assert cq["spec"]["cohortName"] == "kaiwo"
+    group = cq["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["cpu", "memory", "amd.com/gpu", "nvidia.com/gpu"]
+    assert [f["name"] for f in group["flavors"]] == [CPU_FLAVOR, NVIDIA_FLAVOR, AMD_FLAVOR]
+    assert quota(cq, AMD_FLAVOR, "amd.com/gpu") == 24
+    assert quota(cq, AMD_FLAVOR, "cpu") == 3 * 57
+    assert quota(cq, NVIDIA_FLAVOR, "nvidia.com/gpu") == 16
+    assert quota(cq, NVIDIA_FLAVOR, "amd.com/gpu") == 0
+    assert quota(cq, CPU_FLAVOR, "memory") == int(16 * Decimal("0.9") * 2**30)
+    assert cq["metadata"]["labels"].items() >= OURS.items()
+    owner = cq["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "KaiwoQueueConfig",
+        "kaiwo",
+        qc["metadata"]["uid"],
+        True,
+    )
+    await eventually(lambda: set(names(kube, "resourceflavors")) == {CPU_FLAVOR, NVIDIA_FLAVOR, AMD_FLAVOR})
+    rf = get(kube, f"{KUEUE}/resourceflavors/{NVIDIA_FLAVOR}")
+    assert rf["spec"]["nodeLabels"] == {"kaiwo/nodepool": NVIDIA_FLAVOR}
+    assert rf["spec"]["topologyName"] == "default-topology"
+    topo = get(kube, f"{KUEUE}/topologies/default-topology")
+    assert [lvl["nodeLabel"] for lvl in topo["spec"]["levels"]] == [
+        "kaiwo/topology-block",
+        "kaiwo/topology-rack",
+        "kubernetes.io/hostname",
+    ]
+
+    # nodes labelled with their pool, GPU model and default topology labels; no taints by default
+    amd = get(kube, "/api/v1/nodes/amd-1")
+    labels = amd["metadata"]["labels"]
+    assert labels["kaiwo/nodepool"] == AMD_FLAVOR and labels["kaiwo/gpu-model"] == "mi300x"
+    assert labels["kaiwo/worker"] == "true"
+    assert labels["kaiwo/topology-block"] == "block-a" and labels["kaiwo/topology-rack"] == "rack-a"
+    assert not gpu_taints(amd)
+    cpu_labels = get(kube, "/api/v1/nodes/cpu-0")["metadata"]["labels"]
+    assert cpu_labels["kaiwo/nodepool"] == CPU_FLAVOR and "kaiwo/gpu-model" not in cpu_labels
+
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY" and q,
+        what="READY status",
+    )
+    assert condition(qc, "Ready")["status"] == "True"
+    events = kube.get("/api/v1/namespaces/default/events").json()["items"]
+    reasons = {e["reason"] for e in events if e["involvedObject"].get("name") == "kaiwo"}
+    assert {"KaiwoQueueConfigClusterQueueCreated", "KaiwoQueueConfigResourceFlavorCreated"} <= reasons
+    await assert_idle_without_writes(op)
+
+
+async def test_gpu_taints_and_control_plane_exclusion_follow_the_live_config(operator, kube):
+    add_node(kube, "cpu-0")
+    add_node(kube, "nv-0", "nvidia")
+    add_node(kube, "master-0", "cpu", labels={"node-role.kubernetes.io/control-plane": ""})
+    op = await operator()
+    cq = await eventually(lambda: get(kube, f"{KUEUE}/clusterqueues/kaiwo"), what="default ClusterQueue")
+    assert quota(cq, CPU_FLAVOR, "cpu") == 14  # the control-plane node counts while not excluded
+    assert not gpu_taints(get(kube, "/api/v1/nodes/nv-0"))
+
+    # edit the live KaiwoConfig: no restart needed
+    set_config(
+        kube,
+        {
+            "dynamicallyUpdateDefaultClusterQueue": True,
+            "nodes": {"addTaintsToGpuNodes": True, "excludeMasterNodesFromNodePools": True},
+        },
+    )
+    taints = await eventually(lambda: gpu_taints(get(kube, "/api/v1/nodes/nv-0")), what="GPU taint")
+    assert taints == [{"key": "kaiwo.silogen.ai/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert not gpu_taints(get(kube, "/api/v1/nodes/cpu-0"))
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), CPU_FLAVOR, "cpu") == 7,
+        what="control-plane node excluded from the pool quota",
+    )
+    # an existing taint with the same key and effect is not duplicated
+    await assert_idle_without_writes(op)
+    assert len(gpu_taints(get(kube, "/api/v1/nodes/nv-0"))) == 1
+    # the apiserver's own not-ready taint was kept next to ours
+    assert any(t["key"] == "node.kubernetes.io/not-ready" for t in get(kube, "/api/v1/nodes/nv-0")["spec"]["taints"])
+
+
+async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queues(operator, kube):
+    add_node(kube, "cpu-0")
+    hand_made(kube)
+    for ns in ("team-a", "team-b"):
+        new_namespace(kube, ns)
+    op = await operator()
+    await eventually(lambda: "kaiwo" in names(kube, "clusterqueues"), what="default queue")
+
+    spec = {
+        "resourceFlavors": [
+            {"name": "small", "nodeLabels": {"pool": "small"}},
+            {"name": "big", "nodeLabels": {"pool": "big"}, "topologyName": "racks"},
+        ],
+        "topologies": [{"metadata": {"name": "racks"}, "spec": {"levels": [{"nodeLabel": "rack"}]}}],
+        "workloadPriorityClasses": [
+            {"metadata": {"name": "high"}, "value": 1000, "description": "important"},
+            {"metadata": {"name": "low"}, "value": 10},
+        ],
+        "clusterQueues": [
+            {
+                "name": "research",
+                "namespaces": ["team-a", "team-b"],
+                "spec": {
+                    "cohort": "lab",
+                    "namespaceSelector": {},
+                    "queueingStrategy": "StrictFIFO",
+                    "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu", "memory"],
+                            # resources listed out of order are reordered to coveredResources
+                            "flavors": [
+                                {"name": "small", "resources": [
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                    {"name": "cpu", "nominalQuota": 16, "borrowingLimit": 4},
+                                ]},
+                                {"name": "big", "resources": [
+                                    {"name": "cpu", "nominalQuota": 64},
+                                    {"name": "memory", "nominalQuota": "256Gi"},
+                                ]},
+                            ],
+                        }
+                    ],
+                },
+            },
+            {
+                "name": "batch",
+                "spec": {
+                    "cohort": "lab",
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {"coveredResources": ["cpu"], "flavors": [{"name": "small", "resources": [{"name": "cpu", "nominalQuota": 8}]}]}
+                    ],
+                },
+            },
+        ],
+    }
+    r = put_queue_config_spec(kube, spec)
+    assert r.status_code == 200, r.text
+
+    await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq", "batch", "research"], what="queues synced")
+    research = get(kube, f"{KUEUE}/clusterqueues/research")
+    assert research["spec"]["cohortName"] == "lab"
+    assert research["spec"]["queueingStrategy"] == "StrictFIFO"
+    assert research["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+    assert research["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+    small = research["spec"]["resourceGroups"][0]["flavors"][0]
+    assert [r["name"] for r in small["resources"]] == ["cpu", "memory"]
+    assert parse_quantity(small["resources"][0]["borrowingLimit"]) == 4
+    assert names(kube, "resourceflavors") == ["admin-flavor", "big", "small"]  # discovered flavor gone (not dynamic)
+    small_rf = get(kube, f"{KUEUE}/resourceflavors/small")
+    assert small_rf["spec"] == {"nodeLabels": {"pool": "small", "kaiwo/worker": "true"}, "topologyName": "default-topology"}
+    assert get(kube, f"{KUEUE}/resourceflavors/big")["spec"]["topologyName"] == "racks"
+    assert names(kube, "topologies") == ["admin-topology", "racks"]
+    assert names(kube, "workloadpriorityclasses") == ["admin-prio", "high", "low"]
+    assert get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 1000
+    lqs = await eventually(
+        lambda: (lq := local_queues(kube)) == ["default/admin-lq", "team-a/research", "team-b/research"] and lq,
+        what="LocalQueues in the listed namespaces",
+    )
+    assert lqs
+    lq = get(kube, f"{KUEUE}/namespaces/team-a/localqueues/research")
+    assert lq["spec"]["clusterQueue"] == "research"
+    assert lq["metadata"]["ownerReferences"][0]["uid"] == research["metadata"]["uid"]
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY" and q, what="READY"
+    )
+    assert condition(qc, "InSync")["status"] == "True"
+    assert hand_made_present(kube)
+    await assert_idle_without_writes(op)
+
+    # drift on a managed object is repaired
+    kube.patch(f"{KUEUE}/clusterqueues/batch", json={"spec": {"cohortName": "elsewhere"}}, headers=MERGE)
+    await eventually(lambda: get(kube, f"{KUEUE}/clusterqueues/batch")["spec"]["cohortName"] == "lab", what="drift repaired")
+
+    # shrink: one namespace dropped, one queue removed, a priority value changed, a flavor removed
+    spec["clusterQueues"][0]["namespaces"] = ["team-a"]
+    spec["clusterQueues"] = spec["clusterQueues"][:1]
+    spec["workloadPriorityClasses"] = [{"metadata": {"name": "high"}, "value": 2000}]
+    spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"] = spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][:1]
+    spec["resourceFlavors"] = spec["resourceFlavors"][:1]
+    assert put_queue_config_spec(kube, spec).status_code == 200
+    await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq", "research"], what="batch removed")
+    await eventually(lambda: local_queues(kube) == ["default/admin-lq", "team-a/research"], what="team-b LocalQueue removed")
+    await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "small"], what="big removed")
+    await eventually(lambda: names(kube, "workloadpriorityclasses") == ["admin-prio", "high"], what="low removed")
+    assert get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 2000
+    assert hand_made_present(kube), "hand-made Kueue objects are never deleted"
+    events = kube.get("/api/v1/namespaces/default/events").json()["items"]
+    reasons = {e["reason"] for e in events if e["involvedObject"].get("name") == "kaiwo"}
+    assert {
+        "KaiwoQueueConfigClusterQueueDeleted",
+        "KaiwoQueueConfigLocalQueueDeleted",
+        "KaiwoQueueConfigWorkloadPriorityClassUpdated",
+        "KaiwoQueueConfigWorkloadPriorityClassDeleted",
+    } <= reasons
+
+    # even an empty queue config never deletes hand-made objects
+    assert put_queue_config_spec(kube, {}).status_code == 200
+    await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq"], what="managed queues removed")
+    await op.idle()
+    assert hand_made_present(kube)
+    assert names(kube, "resourceflavors") == ["admin-flavor"]
+
+
+async def test_bad_items_fail_the_status_and_leave_working_objects_alone(operator, kube):
+    add_node(kube, "cpu-0")
+    op = await operator()
+    await eventually(lambda: "kaiwo" in names(kube, "clusterqueues"), what="default queue")
+
+    def cq(name: str, flavor: str, cpu: int) -> dict:
+        return {
+            "name": name,
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {"coveredResources": ["cpu"], "flavors": [{"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}
+                ],
+            },
+        }
+
+    good = {
+        "resourceFlavors": [{"name": "small", "nodeLabels": {"pool": "small"}}],
+        "clusterQueues": [cq("team", "small", 4), cq("other", "small", 2)],
+    }
+    assert put_queue_config_spec(kube, good).status_code == 200
+    await eventually(lambda: names(kube, "clusterqueues") == ["other", "team"], what="good config synced")
+    before = get(kube, f"{KUEUE}/clusterqueues/team")
+
+    # 1. a queue referencing a missing flavor, plus a flavor over Kueue's nodeLabels limit,
+    #    next to a good change (other: cpu 2 -> 3) and a new good priority class
+    bad = {
+        "resourceFlavors": [
+            {"name": "small", "nodeLabels": {"pool": "small"}},
+            {"name": "wide", "nodeLabels": {f"l{i}": "x" for i in range(9)}},
+        ],
+        "clusterQueues": [cq("team", "missing", 8), cq("other", "small", 3)],
+        "workloadPriorityClasses": [{"metadata": {"name": "urgent"}, "value": 100}],
+    }
+    assert put_queue_config_spec(kube, bad).status_code == 200
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "FAILED" and q, what="FAILED"
+    )
+    valid = condition(qc, "Valid")
+    assert valid["status"] == "False" and valid["reason"] == "InvalidItems"
+    assert "spec.clusterQueues[0]" in valid["message"] and '"missing"' in valid["message"]
+    assert "spec.resourceFlavors[1]" in valid["message"]
+    assert condition(qc, "Ready")["status"] == "False"
+    # good items still synced; the working queue is neither deleted nor rewritten; the bad flavor not created
+    await eventually(lambda: quota(get(kube, f"{KUEUE}/clusterqueues/other"), "small", "cpu") == 3, what="good change")
+    await eventually(lambda: "urgent" in names(kube, "workloadpriorityclasses"), what="new priority class")
+    team = get(kube, f"{KUEUE}/clusterqueues/team")
+    assert team["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "wide" not in names(kube, "resourceflavors")
+    await assert_idle_without_writes(op)
+
+    # 2. duplicate names and over-limit lists are refused by the CRD schema: the stored config is unchanged
+    dup = dict(bad, clusterQueues=[cq("other", "small", 1), cq("other", "small", 1)])
+    assert put_queue_config_spec(kube, dup).status_code == 422
+    too_many = dict(bad, workloadPriorityClasses=[{"metadata": {"name": f"p{i}"}, "value": i} for i in range(6)])
+    assert put_queue_config_spec(kube, too_many).status_code == 422
+
+    # 3. fixing the input makes it READY again
+    bad["clusterQueues"][0] = cq("team", "small", 8)
+    bad["resourceFlavors"] = bad["resourceFlavors"][:1]
+    assert put_queue_config_spec(kube, bad).status_code == 200
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY" and q, what="READY again"
+    )
+    assert condition(qc, "Valid")["status"] == "True"
+    assert quota(get(kube, f"{KUEUE}/clusterqueues/team"), "small", "cpu") == 8
+
+
+async def test_dynamic_update_follows_node_add_remove_cordon_and_relabel(operator, kube):
+    add_node(kube, "cpu-0")
+    for i in range(4):
+        add_node(kube, f"nv-{i}", "nvidia")
+    op = await operator()
+    set_config(kube, {"dynamicallyUpdateDefaultClusterQueue": True})
+
+    def gpu_quota() -> Decimal | None:
+        return quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu")
+
+    await eventually(lambda: gpu_quota() == 32, what="32 GPUs")
+    # cordon one GPU node -> 24; uncordon -> 32 (spec 15.4 acceptance)
+    kube.patch("/api/v1/nodes/nv-3", json={"spec": {"unschedulable": True}}, headers=MERGE)
+    await eventually(lambda: gpu_quota() == 24, what="cordoned node left the pool")
+    kube.patch("/api/v1/nodes/nv-3", json={"spec": {"unschedulable": False}}, headers=MERGE)
+    await eventually(lambda: gpu_quota() == 32, what="uncordoned node back")
+    # add and remove nodes
+    add_node(kube, "nv-4", "nvidia")
+    await eventually(lambda: gpu_quota() == 40, what="added node counted")
+    assert get(kube, "/api/v1/nodes/nv-4")["metadata"]["labels"]["kaiwo/nodepool"] == NVIDIA_FLAVOR
+    kube.delete("/api/v1/nodes/nv-0")
+    await eventually(lambda: gpu_quota() == 32, what="removed node dropped")
+    # a new pool from an AMD node: new flavor in the queue config, the ResourceFlavor and the queue
+    add_node(kube, "amd-0", "amd")
+    await eventually(lambda: AMD_FLAVOR in names(kube, "resourceflavors"), what="AMD flavor")
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), AMD_FLAVOR, "amd.com/gpu") == 8, what="AMD quota"
+    )
+    # relabel: a GPU node reporting 4 GPUs forms a new pool
+    kube.patch("/api/v1/nodes/nv-1", json={"metadata": {"labels": {"nvidia.com/gpu.count": "4"}}}, headers=MERGE)
+    relabelled = "nvidia-teslak80-4gpu-28core-230gi"
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), relabelled, "nvidia.com/gpu") == 4, what="relabelled pool"
+    )
+    await eventually(lambda: gpu_quota() == 24, what="old pool shrank")
+    # a capacity change (status patch) moves the node to another pool too
+    kube.patch(
+        "/api/v1/nodes/cpu-0/status",
+        json={"status": {"capacity": {"cpu": "16", "memory": "16Gi"}, "allocatable": {"cpu": "16", "memory": "16Gi"}}},
+        headers=MERGE,
+    )
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), "cpu-only-0gpu-14core-14gi", "cpu") == 14,
+        what="capacity change",
+    )
+    qc = queue_config(kube)
+    assert {f["name"] for f in qc["spec"]["resourceFlavors"]} >= {relabelled, AMD_FLAVOR, NVIDIA_FLAVOR}
+    await assert_idle_without_writes(op)
+
+    # a burst of 100 node events becomes a handful of queue-config writes
+    stats = op.rec.stats
+    qc_writes, cq_updates = stats.queue_config_writes, stats.kueue.get("update ClusterQueue", 0)
+    for i in range(100):
+        add_node(kube, f"burst-{i}", "cpu")
+    await eventually(lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), "cpu-only-0gpu-7core-14gi", "cpu") == 700,
+                     what="100 new nodes in the default queue")
+    await op.idle()
+    qc_burst = stats.queue_config_writes - qc_writes
+    cq_burst = stats.kueue.get("update ClusterQueue", 0) - cq_updates
+    print(f"burst of 100 nodes: {qc_burst} queue-config writes, {cq_burst} ClusterQueue updates")
+    assert 1 <= qc_burst <= 10 and 1 <= cq_burst <= 10
+
+
+async def test_without_dynamic_mode_node_events_only_resync(operator, kube):
+    add_node(kube, "nv-0", "nvidia")
+    op = await operator()
+    await eventually(lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu") == 8)
+    await op.idle()
+    count = op.controller.reconciles
+    add_node(kube, "nv-1", "nvidia")
+    await eventually(lambda: op.controller.reconciles > count, what="node event reconciled")
+    await op.idle(settle=NODE_SETTLE)
+    assert quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu") == 8
+    assert "kaiwo/nodepool" not in get(kube, "/api/v1/nodes/nv-1")["metadata"]["labels"]
+    # discovery runs on the next start
+    await op.stop()
+    await operator()
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu") == 16,
+        what="start-up discovery",
+    )
+
+
+NODE_SETTLE = 2.0
+
+
+async def test_deleted_queue_config_is_recreated_and_start_keeps_other_entries(operator, kube):
+    add_node(kube, "cpu-0")
+    op = await operator()
+    qc = await eventually(lambda: queue_config(kube), what="default queue config")
+    spec = dict(qc["spec"])
+    spec["clusterQueues"] = spec["clusterQueues"] + [
+        {"name": "extra", "spec": {"namespaceSelector": {}}},
+    ]
+    # a hand edit of the default queue entry is overwritten at the next start, the extra entry stays
+    spec["clusterQueues"][0] = dict(spec["clusterQueues"][0], spec={"namespaceSelector": {}, "cohort": "edited"})
+    assert put_queue_config_spec(kube, spec).status_code == 200
+    await eventually(lambda: "extra" in names(kube, "clusterqueues"), what="extra queue")
+    await op.stop()
+    await operator()
+    await eventually(
+        lambda: get(kube, f"{KUEUE}/clusterqueues/kaiwo")["spec"].get("cohortName") == "kaiwo", what="default entry restored"
+    )
+    assert [q["name"] for q in queue_config(kube)["spec"]["clusterQueues"]] == ["kaiwo", "extra"]
+
+    old_uid = queue_config(kube)["metadata"]["uid"]
+    kube.delete(f"{QC_URL}/kaiwo")
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and q["metadata"]["uid"] != old_uid and q, what="queue config re-created"
+    )
+    assert [q["name"] for q in qc["spec"]["clusterQueues"]] == ["kaiwo"]
+    await eventually(
+        lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY", what="READY"
+    )
+    cq = get(kube, f"{KUEUE}/clusterqueues/kaiwo")
+    assert any(ref["uid"] == qc["metadata"]["uid"] for ref in cq["metadata"]["ownerReferences"])

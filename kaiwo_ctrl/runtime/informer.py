@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,8 +38,35 @@ log = logging.getLogger("kaiwo_ctrl.runtime.informer")
 Transform = Callable[[Obj], Obj]
 
 
+_INTERN_MAX = 64
+
+
+def _intern_values(node: Any) -> None:
+    """Share equal short string values between cached objects.
+
+    Thousands of cached objects repeat the same label values, images,
+    policies and API versions; orjson already shares dict keys, and
+    interning the values too saves about a third of a cached Job's memory.
+    Interned strings are freed normally once nothing refers to them.
+    """
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if type(v) is str:
+                if len(v) <= _INTERN_MAX:
+                    node[k] = sys.intern(v)
+            elif isinstance(v, (dict, list)):
+                _intern_values(v)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            if type(v) is str:
+                if len(v) <= _INTERN_MAX:
+                    node[i] = sys.intern(v)
+            elif isinstance(v, (dict, list)):
+                _intern_values(v)
+
+
 def strip_managed_fields(obj: Obj) -> Obj:
-    """Default transform: drop what no controller reads but costs memory."""
+    """Default transform: drop what no controller reads, share repeated strings."""
     meta = obj.get("metadata")
     if meta:
         meta.pop("managedFields", None)
@@ -47,6 +75,7 @@ def strip_managed_fields(obj: Obj) -> Obj:
             del ann["kubectl.kubernetes.io/last-applied-configuration"]
             if not ann:
                 del meta["annotations"]
+    _intern_values(obj)
     return obj
 
 
@@ -172,7 +201,7 @@ class Informer:
 
     async def run(self) -> None:
         resync = asyncio.create_task(self._resync_loop()) if self.resync_period else None
-        need_list, list_rv = True, "0"
+        need_list, list_rv = True, ""
         try:
             while True:
                 try:
@@ -189,7 +218,7 @@ class Informer:
                         # connection refused/reset, overload: back off, resume the watch
                         reason, delay = "watch-error", self._backoff.next()
                     else:
-                        need_list, list_rv, reason = True, self.last_sync_rv or "0", "error"
+                        need_list, list_rv, reason = True, self.last_sync_rv, "error"
                         delay = self._backoff.next()
                     if self.metrics:
                         if need_list:

@@ -116,3 +116,140 @@ async def test_failed_job_is_failed_and_terminal(operator, admin, namespace):
     assert st["completionTime"]
     ev = await wait_event(admin, namespace, "boom", "WorkloadFailed")
     assert ev["type"] == "Warning"
+
+
+# --------------------------------------------------------------------------- children shapes
+
+
+async def test_entrypoint_script_and_env_and_secrets(operator, admin, namespace):
+    create_kaiwo(
+        admin, "KaiwoJob", namespace, "scripted",
+        image="python:3.12",
+        entrypoint="#!/bin/bash\necho start \\\n  now\npython -c 'print(1)'",
+        env=[{"name": "FOO", "value": "bar"},
+             {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}],
+        secretVolumes=[{"name": "cfg", "secretName": "app-config", "key": "config.json", "subPath": "config.json",
+                        "mountPath": "/etc/app/config.json"}],
+    )
+    job = await wait_object(admin, job_url(namespace, "scripted"))
+    c = container(job)
+    assert c["command"] == ["/bin/bash", "-c", "echo start    now\npython -c 'print(1)'"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["FOO"]["value"] == "bar"
+    assert env["TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "token"}}
+    assert {"NUM_GPUS", "NUM_REPLICAS", "NUM_GPUS_PER_REPLICA"} <= set(env)
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["cfg"]["secret"]["secretName"] == "app-config"
+    assert volumes["cfg"]["secret"]["items"] == [{"key": "config.json", "path": "config.json"}]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["cfg"]["mountPath"] == "/etc/app/config.json" and mounts["cfg"]["subPath"] == "config.json"
+
+
+async def test_user_supplied_job_spec_is_merged(operator, admin, namespace):
+    user_job = {
+        "spec": {
+            "backoffLimit": 4,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "trainer", "image": "python:3.12", "command": ["python", "-c", "print(42)"]}]}},
+        }
+    }
+    create_kaiwo(admin, "KaiwoJob", namespace, "userjob", job=user_job)
+    job = await wait_object(admin, job_url(namespace, "userjob"))
+    c = container(job)
+    assert (c["name"], c["image"], c["command"]) == ("trainer", "python:3.12", ["python", "-c", "print(42)"])
+    assert job["spec"]["backoffLimit"] == 0  # §8.1: no retries whatever the user asked
+    assert job["spec"]["suspend"] is True
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels["kaiwo.silogen.ai/name"] == "userjob" and labels["kaiwo.silogen.ai/type"] == "job"
+    await wait_status(admin, "KaiwoJob", namespace, "userjob", "PENDING")
+
+
+async def test_gpu_job_on_simulated_gpu_nodes(operator, admin, namespace, gpu_nodes):
+    create_kaiwo(admin, "KaiwoJob", namespace, "gpujob", image="rocm/pytorch", gpus=8, entrypoint="python train.py")
+    job = await wait_object(admin, job_url(namespace, "gpujob"))
+    c = container(job)
+    assert c["resources"]["limits"]["amd.com/gpu"] == "8"
+    assert c["resources"]["requests"]["amd.com/gpu"] == "8"
+    assert env_of(c)["NUM_GPUS"] == "8" and env_of(c)["NUM_GPUS_PER_REPLICA"] == "8"
+    st = await wait_status(admin, "KaiwoJob", namespace, "gpujob", "PENDING")
+    assert conditions(st)["Schedulable"] == ("True", "Schedulable", "Cluster has sufficient GPU resources")
+
+
+async def test_gpu_request_the_cluster_cannot_meet_is_error_and_creates_nothing(operator, admin, namespace, gpu_nodes):
+    create_kaiwo(admin, "KaiwoJob", namespace, "toobig", image="rocm/pytorch", gpus=4096)
+    st = await wait_status(admin, "KaiwoJob", namespace, "toobig", "ERROR")
+    status, reason, message = conditions(st)["Schedulable"]
+    assert (status, reason) == ("False", "InsufficientGPUs")
+    assert "requested for 4096 GPUs (vendor: amd)" in message
+    ev = await wait_event(admin, namespace, "toobig", "InsufficientGPUs")
+    assert ev["type"] == "Warning"
+    assert get(admin, job_url(namespace, "toobig")) is None
+
+
+async def test_storage_and_download_gate_the_job(operator, admin, namespace):
+    storage = {
+        "storageEnabled": True,
+        "data": {"storageSize": "1Gi", "mountPath": "/data", "download": {
+            "s3": [{"endpointUrl": "http://minio:9000", "accessKeyId": {"secretName": "s3", "secretKey": "id"},
+                    "secretKey": {"secretName": "s3", "secretKey": "key"},
+                    "buckets": [{"name": "b", "files": [{"path": "a.txt", "targetPath": "a.txt"}]}]}]}},
+    }
+    create_kaiwo(admin, "KaiwoJob", namespace, "withdata", image="busybox", storage=storage,
+                 env=[{"name": "HF_TOKEN", "value": "t"}])
+    pvc_url = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/withdata-data"
+    pvc = await wait_object(admin, pvc_url, what="data PVC")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    cm = await wait_object(admin, f"/api/v1/namespaces/{namespace}/configmaps/withdata-download", what="download ConfigMap")
+    assert "s3" in cm["data"]["config.yaml"]
+    dl = await wait_object(admin, job_url(namespace, "withdata-download"), what="download Job")
+    c = container(dl)
+    assert c["image"] == TEST_IMAGE  # the operator's own image (KAIWO_CTRL_IMAGE)
+    assert c["command"][:2] == ["kaiwo-ctrl", "download"]
+    assert env_of(c)["HF_TOKEN"] == "t"
+    st = await wait_status(admin, "KaiwoJob", namespace, "withdata", "DOWNLOADING")
+    assert get(admin, job_url(namespace, "withdata")) is None, "main Job waits for the download"
+
+    patch_status(admin, pvc_url, {"phase": "Bound"})
+    patch_status(admin, job_url(namespace, "withdata-download"), {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"})
+    await eventually(
+        lambda: conditions(status_of(admin, "KaiwoJob", namespace, "withdata")).get("DownloadJobSucceeded", ("",))[0:2]
+        == ("False", "JobInProgress"),
+        what="download in progress",
+    )
+    assert conditions(status_of(admin, "KaiwoJob", namespace, "withdata"))["PvcReady"][:2] == ("True", "Bound")
+    complete_job(admin, job_url(namespace, "withdata-download"))
+    st = await wait_status(admin, "KaiwoJob", namespace, "withdata", "PENDING")
+    assert conditions(st)["DownloadJobSucceeded"] == ("True", "JobCompleted", "Download job succeeded")
+    job = await wait_object(admin, job_url(namespace, "withdata"), what="main Job after the download")
+    mounts = {m["name"]: m["mountPath"] for m in container(job)["volumeMounts"]}
+    assert mounts.get("data") == "/data"
+
+
+async def test_failed_download_fails_the_workload(operator, admin, namespace):
+    storage = {"storageEnabled": True, "huggingFace": {"storageSize": "1Gi", "preCacheRepos": [{"repoId": "org/model"}]}}
+    create_kaiwo(admin, "KaiwoJob", namespace, "badhf", image="busybox", storage=storage)
+    await wait_object(admin, job_url(namespace, "badhf-download"))
+    fail_job(admin, job_url(namespace, "badhf-download"))
+    st = await wait_status(admin, "KaiwoJob", namespace, "badhf", "FAILED")
+    assert conditions(st)["DownloadJobSucceeded"][:2] == ("False", "JobFailed")
+    assert get(admin, job_url(namespace, "badhf")) is None
+
+
+async def test_ray_job(operator, admin, namespace):
+    create_kaiwo(admin, "KaiwoJob", namespace, "rayjob", ray=True, image="rayproject/ray:2.40.0",
+                 entrypoint="python -c 'import ray; ray.init()'")
+    url = f"/apis/ray.io/v1/namespaces/{namespace}/rayjobs/rayjob"
+    rj = await wait_object(admin, url, what="RayJob")
+    assert rj["spec"]["entrypoint"] == "python -c 'import ray; ray.init()'"
+    assert rj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
+    assert rj["metadata"]["ownerReferences"][0]["kind"] == "KaiwoJob"
+    head = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert head["image"] == "rayproject/ray:2.40.0"
+    await wait_status(admin, "KaiwoJob", namespace, "rayjob", "PENDING")
+    admit(admin, namespace, rj)
+    await wait_status(admin, "KaiwoJob", namespace, "rayjob", "STARTING")
+    patch_status(admin, url, {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"})
+    await wait_status(admin, "KaiwoJob", namespace, "rayjob", "RUNNING")
+    patch_status(admin, url, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
+    st = await wait_status(admin, "KaiwoJob", namespace, "rayjob", "COMPLETE")
+    assert st["completionTime"]

@@ -152,6 +152,12 @@ class Controller:
             await asyncio.gather(*pending, return_exceptions=True)
         self._tasks = []
 
+    def abort(self) -> None:
+        """Stop at once, without draining (after leadership is lost)."""
+        self.queue.shutdown()
+        for t in self._tasks:
+            t.cancel()
+
     async def _worker(self) -> None:
         while True:
             req = await self.queue.get()

@@ -265,9 +265,7 @@ class Manager:
                 await asyncio.gather(*(c.stop(self.shutdown_timeout) for c in self.controllers))
             else:
                 for c in self.controllers:
-                    c.queue.shutdown()
-                    for t in c._tasks:
-                        t.cancel()
+                    c.abort()
             await self.cache.stop()
             await self.recorder.close()
             if graceful and self.elector is not None and self.elector.release_on_cancel:

@@ -71,5 +71,5 @@ async def ensure_config(client: Client) -> bool:
         if e.already_exists:
             return False
         raise
-    log.info("created default KaiwoConfig", extra={"name": KAIWO_CONFIG_NAME})
+    log.info("created default KaiwoConfig", extra={"object": KAIWO_CONFIG_NAME})
     return True

@@ -494,7 +494,14 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     spec["workloadPriorityClasses"] = [{"metadata": {"name": "high"}, "value": 2000}]
     spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"] = spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][:1]
     spec["resourceFlavors"] = spec["resourceFlavors"][:1]
+    racks_uid = get(kube, f"{KUEUE}/topologies/racks")["metadata"]["uid"]
+    spec["topologies"][0]["spec"]["levels"] = [{"nodeLabel": "block"}, {"nodeLabel": "rack"}]  # immutable: re-created
     assert put_queue_config_spec(kube, spec).status_code == 200
+    await eventually(
+        lambda: (t := get(kube, f"{KUEUE}/topologies/racks")) and t["metadata"]["uid"] != racks_uid
+        and [lvl["nodeLabel"] for lvl in t["spec"]["levels"]] == ["block", "rack"],
+        what="topology re-created with the new levels",
+    )
     await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq", "research"], what="batch removed")
     await eventually(lambda: local_queues(kube) == ["default/admin-lq", "team-a/research"], what="team-b LocalQueue removed")
     await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "small"], what="big removed")
@@ -564,6 +571,27 @@ async def test_bad_items_fail_the_status_and_leave_working_objects_alone(operato
     assert team["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert "wide" not in names(kube, "resourceflavors")
     await assert_idle_without_writes(op)
+
+    # a queue Kueue's own schema rejects (enum) cannot be written: InSync says which and why
+    strict = cq("strict", "small", 1)
+    strict["spec"]["preemption"] = {"withinClusterQueue": "Sometimes"}
+    rejected = dict(bad, clusterQueues=bad["clusterQueues"] + [strict])
+    assert put_queue_config_spec(kube, rejected).status_code == 200
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and "ClusterQueue strict: create failed: 422" in condition(q, "InSync").get("message", "") and q,
+        what="out-of-sync ClusterQueue in the status",
+    )
+    assert qc["status"]["status"] == "FAILED" and condition(qc, "InSync")["reason"] == "OutOfSync"
+    assert "strict" not in names(kube, "clusterqueues")
+    warnings = await eventually(
+        lambda: [
+            e for e in kube.get("/api/v1/namespaces/default/events").json()["items"]
+            if e["reason"] == "KaiwoQueueConfigClusterQueueCreateFailed"
+        ],
+        what="Warning event for the failed create",
+    )
+    assert warnings[0]["type"] == "Warning" and "Failed to create cluster queue /strict" in warnings[0]["message"]
+    assert put_queue_config_spec(kube, bad).status_code == 200
 
     # 2. duplicate names and over-limit lists are refused by the CRD schema: the stored config is unchanged
     dup = dict(bad, clusterQueues=[cq("other", "small", 1), cq("other", "small", 1)])
@@ -698,3 +726,34 @@ async def test_deleted_queue_config_is_recreated_and_start_keeps_other_entries(o
     )
     cq = get(kube, f"{KUEUE}/clusterqueues/kaiwo")
     assert any(ref["uid"] == qc["metadata"]["uid"] for ref in cq["metadata"]["ownerReferences"])
+
+
+async def test_name_constraint_and_missing_config(operator, kube):
+    from kaiwo_ctrl.settings import ConfigMissing
+
+    add_node(kube, "cpu-0")
+    op = await operator()
+    await eventually(lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY")
+    # the CRD only admits the name kaiwo; the reconciler refuses any other name too (spec 15.1)
+    r = kube.post(QC_URL, json={"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig",
+                                "metadata": {"name": "other"}, "spec": {}})
+    assert r.status_code == 422
+    with pytest.raises(ValueError, match="only a KaiwoQueueConfig named 'kaiwo' is allowed"):
+        await op.rec(Request("", "other"))
+    # a missing KaiwoConfig fails the reconcile (retried) and is not re-created by it
+    await op.idle()
+    kube.delete(f"{CONFIG_URL}/kaiwo")
+    await eventually(lambda: op.rec.settings.raw() is None, what="config gone from the cache")
+    with pytest.raises(ConfigMissing):
+        await op.rec(Request("", "kaiwo"))
+    op.controller.enqueue(Request("", "kaiwo"))
+    await asyncio.sleep(1.0)
+    assert get(kube, f"{CONFIG_URL}/kaiwo") is None
+    # once it is back, the controller picks it up without a restart
+    r = kube.post(CONFIG_URL, json={"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
+                                    "metadata": {"name": "kaiwo"}, "spec": {"dynamicallyUpdateDefaultClusterQueue": True}})
+    assert r.status_code == 201, r.text
+    add_node(kube, "cpu-1")
+    await eventually(
+        lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), CPU_FLAVOR, "cpu") == 14, what="dynamic mode after config returns"
+    )

@@ -473,6 +473,19 @@ class Client:
         return await self.request("GET", "/version")
 
 
+def resource_of(path: str) -> str:
+    """``/apis/g/v/namespaces/ns/jobs/x/status`` -> ``jobs/status``; ``/api/v1/nodes`` -> ``nodes``."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if not parts:
+        return ""
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return ""
+    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
+
 def _param(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from kaiwo_ctrl.runtime.cache import Cache
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.client import Client, resource_of
 from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.events import EventRecorder
 from kaiwo_ctrl.runtime.leaderelection import LeaderElector
@@ -109,6 +109,7 @@ class Manager:
 
         def hook(method: str, path: str, status: int, seconds: float) -> None:
             self.metrics.rest_client_requests.labels(code=str(status or "<error>"), method=method, host=host).inc()
+            self.metrics.rest_client_resource_requests.labels(method=method, resource=resource_of(path)).inc()
             if method != "WATCH":
                 self.metrics.rest_client_request_duration.labels(verb=method, host=host).observe(seconds)
 

@@ -279,6 +279,13 @@ class Metrics:
             buckets=REST_CLIENT_LATENCY_BUCKETS,
             registry=r,
         )
+        self.rest_client_resource_requests = Counter(
+            "rest_client_resource_requests",
+            "HTTP requests by method and API resource (plural, with /subresource), e.g. to tell "
+            "lease renewals from workload writes",
+            ["method", "resource"],
+            registry=r,
+        )
 
         # -- informers (our own design) ---------------------------------------
         self.informer_object_count = Gauge(

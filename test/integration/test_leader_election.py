@@ -2,63 +2,32 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
-import httpx
 import pytest
 
 from kaiwo_ctrl.demo import LABEL
-from kaiwo_ctrl.local.controlplane import free_port
 from support import eventually
+from support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
 LEASE = "demo-leader.kaiwo-ctrl.dev"
 
 
-class Operator:
+class Operator(OperatorProcess):
     def __init__(self, kubeconfig: str, namespace: str, log_path) -> None:
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "kaiwo_ctrl", "run", "--demo", "--leader-elect",
-                f"--leader-election-id={LEASE}", f"--leader-election-namespace={namespace}",
-                f"--kubeconfig={kubeconfig}",
-                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
-            ],
-            stdout=self.log, stderr=subprocess.STDOUT,
+        super().__init__(
+            kubeconfig, log_path, "--demo", "--leader-elect",
+            f"--leader-election-id={LEASE}", f"--leader-election-namespace={namespace}",
         )
 
-    def metrics(self) -> str:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            return ""
-
-    def is_leader(self) -> bool:
-        return f'leader_election_master_status{{name="{LEASE}"}} 1.0' in self.metrics()
+    def is_leader(self) -> bool:  # type: ignore[override]
+        return super().is_leader(LEASE)
 
     def reconciled(self) -> bool:
         return 'controller_runtime_reconcile_total{controller="demo-mirror",result="success"}' in self.metrics()
-
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=60)
-        self.log.close()
-        return rc
 
 
 def mirror_exists(admin, ns, name) -> bool:

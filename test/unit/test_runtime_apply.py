@@ -28,3 +28,25 @@ def test_differing_paths_names_fields():
     actual = {"spec": {"template": {"spec": {"containers": [{"image": "a", "name": "m"}]}}, "replicas": 1}}
     desired = {"spec": {"template": {"spec": {"containers": [{"image": "b", "name": "m"}]}}, "replicas": 1, "x": 1}}
     assert differing_paths(actual, desired) == ["spec.template.spec.containers[0].image", "spec.x"]
+
+
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        ("/api/v1/nodes", "nodes"),
+        ("/api/v1/nodes/n1", "nodes"),
+        ("/api/v1/nodes/n1/status", "nodes/status"),
+        ("/api/v1/namespaces/ns/configmaps/x", "configmaps"),
+        ("/api/v1/namespaces/ns", "namespaces"),
+        ("/api/v1/namespaces", "namespaces"),
+        ("/apis/batch/v1/namespaces/ns/jobs", "jobs"),
+        ("/apis/kaiwo.silogen.ai/v1alpha1/namespaces/ns/kaiwojobs/a/status", "kaiwojobs/status"),
+        ("/apis/coordination.k8s.io/v1/namespaces/ns/leases/l?x=1", "leases"),
+        ("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/kaiwo", "clusterqueues"),
+        ("/version", ""),
+    ],
+)
+def test_resource_of(path, expected):
+    from kaiwo_ctrl.runtime.client import resource_of
+
+    assert resource_of(path) == expected

@@ -1,0 +1,77 @@
+"""Run `kaiwo-ctrl run` as a separate process, the way users run it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from kaiwo_ctrl.local.controlplane import free_port
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: str, log_path: Path, *args: str) -> None:
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.log_path = log_path
+        self.log = open(log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "kaiwo_ctrl", "run",
+                f"--kubeconfig={kubeconfig}",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
+                *args,
+            ],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def metrics(self) -> str:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return ""
+
+    def metric_sum(self, name: str, **labels: str) -> float:
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def writes(self, exclude: tuple[str, ...] = ("leases",)) -> float:
+        """Writes by the operator, not counting lease renewals (leader election renews every 2 s)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith("rest_client_resource_requests_total{"):
+                continue
+            if not any(f'method="{m}"' in line for m in ("POST", "PUT", "PATCH", "DELETE")):
+                continue
+            if any(f'resource="{r}"' in line for r in exclude):
+                continue
+            total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def is_leader(self, lease: str) -> bool:
+        return f'leader_election_master_status{{name="{lease}"}} 1.0' in self.metrics()
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=60)
+        self.log.close()
+        return rc
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")

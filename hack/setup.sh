@@ -26,8 +26,12 @@ stamp=.venv/.kaiwo-ctrl-setup
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing kaiwo-ctrl and its dev dependencies into .venv"
-  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,download]'
+  if ! { .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip \
+         && .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,download]'; } > .venv/pip-install.log 2>&1; then
+    cat .venv/pip-install.log >&2
+    echo "[setup] pip install failed (log above, also in .venv/pip-install.log)" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi
 

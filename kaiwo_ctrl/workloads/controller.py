@@ -55,7 +55,7 @@ from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
 from kaiwo_ctrl.queues.localqueue import resolve_local_queue
 from kaiwo_ctrl.runtime.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.client import ApiError, Resource
-from kaiwo_ctrl.runtime.conditions import find_condition
+from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
@@ -65,7 +65,7 @@ from kaiwo_ctrl.runtime.resources import CONFIGMAPS, DEPLOYMENTS, JOBS, NODES, P
 from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX, index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 
-from .childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
+from .childstatus import ACTIVE, ERROR, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
 from .desired import MAIN_KINDS, desired_children
 from .drift import IMMUTABLE_PATHS, OWNED_BY_OTHERS, immutable_drift, is_controlled_by
 from .kaiwoobject import API_VERSION, KaiwoObject
@@ -119,6 +119,10 @@ IDX_JOB_UID = "kueue-job-uid"
 
 class QueueConfigMissing(RuntimeError):
     """KaiwoQueueConfig ``kaiwo`` is not in the cache (retried with backoff)."""
+
+
+class _Gone(Exception):
+    """The workload disappeared under a write (stop quietly)."""
 
 
 class LocalQueueError(RuntimeError):
@@ -443,6 +447,8 @@ class WorkloadReconciler:
         self.recorder = mgr.recorder.for_component(COMPONENTS[kind])
         #: (uid, generation) -> paths the API server refused (422) on update
         self.rejected: dict[tuple[str, int], list[str]] = {}
+        #: (uid, generation) -> why the API server refused to create a child
+        self.refused: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ entry
     async def __call__(self, req: Request) -> Result | None:
@@ -459,9 +465,12 @@ class WorkloadReconciler:
             return None
         world = self.shared.world()
         now = datetime.now(timezone.utc)
-        if state == TERMINATING:
-            return await self._terminate(raw, world, now)
-        return await self._reconcile_active(raw, world, now)
+        try:
+            if state == TERMINATING:
+                return await self._terminate(raw, world, now)
+            return await self._reconcile_active(raw, world, now)
+        except _Gone:
+            return None  # deleted while we were looking at it
 
     # ------------------------------------------------------------ active path
     async def _reconcile_active(self, raw: dict, world: World, now: datetime) -> Result | None:
@@ -496,6 +505,9 @@ class WorkloadReconciler:
             workloads = self._kueue_workloads(children.main, uid)
 
         new = observe(self.kind, raw, world, children, workloads, now)
+        refused = self.refused.get((uid, generation))
+        if refused is not None and (new.get("status") or "") in ACTIVE:
+            new = _refused_status(stored, new, refused, generation, now)
         if new != stored:
             raw = await self._write_status(raw, new)
         status = new.get("status") or ""
@@ -561,7 +573,12 @@ class WorkloadReconciler:
         meta = raw["metadata"]
         old = raw.get("status") or {}
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new}
-        result = await self.client.patch_status(self.res, meta["name"], patch, meta.get("namespace"))
+        try:
+            result = await self.client.patch_status(self.res, meta["name"], patch, meta.get("namespace"))
+        except ApiError as e:
+            if e.not_found:
+                raise _Gone() from e
+            raise
         self.shared.recent.put((self.kind, meta.get("namespace") or "", meta["name"]), meta.get("resourceVersion"), result)
         if events:
             for type_, reason, message in status_events(old, new):
@@ -635,9 +652,10 @@ class WorkloadReconciler:
                 if e.already_exists:
                     return  # our cache has not seen it yet
                 if e.invalid:
-                    self._reject(owner, [f"{kind}/{name}"], e)
+                    self._refuse(owner, f"{kind} {name}: {e.message}")
                     return
                 raise
+            self.refused.pop((uid, owner["metadata"].get("generation") or 0), None)
             self.shared.recent.put((kind, ns, name), None, created)
             self.recorder.normal(owner, "ResourceCreated", _created_message(res, name))
             return
@@ -657,6 +675,22 @@ class WorkloadReconciler:
         self.shared.recent.put((kind, ns, name), _rv(existing), result)
         log.info("updated child", extra={"child_kind": kind, "child": name, "paths": differing_paths(existing, body)[:10]})
 
+    def _refuse(self, owner: dict, message: str) -> None:
+        """The API server refused to create a child built from this spec: the
+        workload goes to ERROR with condition SpecValid=False/ChildRejected
+        (next pass) until the spec changes."""
+        meta = owner["metadata"]
+        key = (meta.get("uid") or "", meta.get("generation") or 0)
+        self.refused = {k: v for k, v in self.refused.items() if k[0] != key[0]}
+        self.refused[key] = message[:2000]
+        self._requeue(owner)
+
+    def _requeue(self, owner: dict) -> None:
+        meta = owner["metadata"]
+        for c in self.mgr.controllers:
+            if c.name == _controller_name(self.kind):
+                c.queue.add_after(Request(meta.get("namespace") or "", meta["name"]), 0.05)
+
     def _reject(self, owner: dict, paths: list[str], error: ApiError) -> None:
         """The API server refused a change: remember it for the
         SpecChangeNotApplied condition of the next pass and tell the user."""
@@ -667,9 +701,7 @@ class WorkloadReconciler:
         self.rejected = {k: v for k, v in self.rejected.items() if k[0] != key[0]}
         self.rejected[key] = paths
         self.recorder.warning(owner, "SpecChangeRejected", f"{', '.join(paths)}: {error.message}"[:1000])
-        for c in self.mgr.controllers:
-            if c.name == _controller_name(self.kind):
-                c.queue.add_after(Request(meta.get("namespace") or "", meta["name"]), 0.05)
+        self._requeue(owner)
 
     # ------------------------------------------------------------- termination
     async def _terminate(self, raw: dict, world: World, now: datetime) -> Result | None:
@@ -716,6 +748,28 @@ class WorkloadReconciler:
                 recorder = self.mgr.recorder.for_component(COMPONENTS[kind])
                 for type_, reason, message in status_events(obj.get("status"), new):
                     recorder.event(result, type_, reason, message)
+
+
+CHILD_REJECTED = "ChildRejected"
+
+
+def _refused_status(stored: dict, observed: dict, message: str, generation: int, now: datetime) -> dict:
+    """ERROR with SpecValid=False/ChildRejected: the API server refused a child
+    built from this spec (its message names the field). Unchanged when the
+    stored status already says so."""
+    cond = find_condition(stored.get("conditions"), SPEC_VALID)
+    if (
+        stored.get("status") == ERROR
+        and cond is not None
+        and (cond.get("status"), cond.get("reason"), cond.get("message")) == ("False", CHILD_REJECTED, message)
+    ):
+        return stored
+    new = copy.deepcopy(observed)
+    conds = new.setdefault("conditions", [])
+    set_condition(conds, SPEC_VALID, "False", CHILD_REJECTED, message, generation, now)
+    new["status"] = ERROR
+    new["observedGeneration"] = generation
+    return new
 
 
 def _controller_name(kind: str) -> str:

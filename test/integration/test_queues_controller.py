@@ -356,9 +356,21 @@ async def test_defaults_appear_on_start_from_amd_and_nvidia_pools(operator, kube
         what="READY status",
     )
     assert condition(qc, "Ready")["status"] == "True"
-    events = kube.get("/api/v1/namespaces/default/events").json()["items"]
-    reasons = {e["reason"] for e in events if e["involvedObject"].get("name") == "kaiwo"}
-    assert {"KaiwoQueueConfigClusterQueueCreated", "KaiwoQueueConfigResourceFlavorCreated"} <= reasons
+
+    def reasons() -> set[str]:
+        events = kube.get("/api/v1/namespaces/default/events").json()["items"]
+        return {e["reason"] for e in events if e["involvedObject"].get("name") == "kaiwo"}
+
+    await eventually(
+        lambda: {"KaiwoQueueConfigClusterQueueCreated", "KaiwoQueueConfigResourceFlavorCreated"} <= reasons(),
+        what="Normal events for the creates",
+    )
+    created = next(
+        e for e in kube.get("/api/v1/namespaces/default/events").json()["items"]
+        if e["reason"] == "KaiwoQueueConfigClusterQueueCreated"
+    )
+    assert created["message"] == "created cluster queue /kaiwo" and created["type"] == "Normal"
+    assert created["source"]["component"] == "kaiwoqueueconfig-controller"
     await assert_idle_without_writes(op)
 
 
@@ -506,7 +518,8 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     await eventually(lambda: local_queues(kube) == ["default/admin-lq", "team-a/research"], what="team-b LocalQueue removed")
     await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "small"], what="big removed")
     await eventually(lambda: names(kube, "workloadpriorityclasses") == ["admin-prio", "high"], what="low removed")
-    assert get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 2000
+    await eventually(lambda: get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 2000, what="value updated")
+    await op.idle()
     assert hand_made_present(kube), "hand-made Kueue objects are never deleted"
     # (events past the recorder's per-object burst of 25 are dropped, so only the stats are exact here)
     stats = op.rec.stats.kueue

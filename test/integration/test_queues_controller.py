@@ -770,3 +770,23 @@ async def test_name_constraint_and_missing_config(operator, kube):
     await eventually(
         lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), CPU_FLAVOR, "cpu") == 14, what="dynamic mode after config returns"
     )
+
+
+async def test_local_queue_for_a_namespace_created_later(operator, kube):
+    add_node(kube, "cpu-0")
+    op = await operator()
+    await eventually(lambda: "kaiwo" in names(kube, "clusterqueues"), what="default queue")
+    spec = dict(queue_config(kube)["spec"])
+    spec["clusterQueues"] = [dict(spec["clusterQueues"][0], namespaces=["arrives-later"])]
+    assert put_queue_config_spec(kube, spec).status_code == 200
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and "LocalQueue arrives-later/kaiwo: create failed: 404" in condition(q, "InSync").get("message", "") and q,
+        what="missing namespace reported",
+    )
+    assert qc["status"]["status"] == "FAILED"
+    new_namespace(kube, "arrives-later")
+    await eventually(lambda: "arrives-later/kaiwo" in local_queues(kube), what="LocalQueue once the namespace exists")
+    await eventually(
+        lambda: (queue_config(kube).get("status") or {}).get("status") == "READY", what="READY once the namespace exists"
+    )
+    await assert_idle_without_writes(op)

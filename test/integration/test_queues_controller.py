@@ -383,6 +383,27 @@ async def test_gpu_taints_and_control_plane_exclusion_follow_the_live_config(ope
     assert quota(cq, CPU_FLAVOR, "cpu") == 14  # the control-plane node counts while not excluded
     assert not gpu_taints(get(kube, "/api/v1/nodes/nv-0"))
 
+    # a taint write made from a stale read hits a 409, re-reads the node and keeps the concurrent change
+    from kaiwo_ctrl.nodes import NODES_TRANSFORM
+    from kaiwo_ctrl.queues.nodepools import discover, node_patches
+
+    stale = NODES_TRANSFORM(get(kube, "/api/v1/nodes/nv-0"))
+    kube.patch("/api/v1/nodes/nv-0", json={"metadata": {"labels": {"team": "vision"}}}, headers=MERGE)
+    taint_on = {"spec": {"nodes": {"addTaintsToGpuNodes": True}}}
+    pools = [p for p in discover([stale]) if p.name == NVIDIA_FLAVOR]
+    patches = node_patches(pools, [stale], taint_on)
+    assert patches["nv-0"]["metadata"]["resourceVersion"] == stale["metadata"]["resourceVersion"]
+    before = op.rec.stats.node_patches
+    statuses: list[int] = []
+    op.mgr.client.hooks.append(
+        lambda method, path, status, _s: statuses.append(status) if (method, path) == ("PATCH", "/api/v1/nodes/nv-0") else None
+    )
+    await op.rec.patch_nodes(patches, pools, taint_on)
+    assert statuses == [409, 200]
+    assert op.rec.stats.node_patches == before + 1
+    node = get(kube, "/api/v1/nodes/nv-0")
+    assert len(gpu_taints(node)) == 1 and node["metadata"]["labels"]["team"] == "vision"
+
     # edit the live KaiwoConfig: no restart needed
     set_config(
         kube,

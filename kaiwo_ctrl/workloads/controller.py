@@ -60,7 +60,7 @@ from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.predicate import Predicate, ResourceVersionChanged
+from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.runtime.resources import CONFIGMAPS, DEPLOYMENTS, JOBS, NODES, PODS, PRIORITYCLASSES, PVCS
 from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX, index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
@@ -113,6 +113,7 @@ TERMINATION_KINDS = ("Deployment", "RayService", "AppWrapper", "Job", "RayJob", 
 IDX_DURATION_RUNNING = "kaiwo-duration-running"
 IDX_PENDING_GPU = "kaiwo-pending-gpu"
 IDX_UP_PREEMPTABLE = "kaiwo-up-preemptable"
+IDX_ERROR = "kaiwo-error"
 IDX_RUN_ID = "kaiwo-run-id"
 IDX_JOB_UID = "kueue-job-uid"
 
@@ -155,6 +156,10 @@ def _idx_pending_gpu(obj: Mapping[str, Any]) -> list[str]:
     except (TypeError, ValueError):
         gpus = 0
     return ["y"] if _status_of(obj) == PENDING and gpus > 0 else []
+
+
+def _idx_error(obj: Mapping[str, Any]) -> list[str]:
+    return ["y"] if _status_of(obj) == ERROR else []
 
 
 def _idx_up_preemptable(obj: Mapping[str, Any]) -> list[str]:
@@ -282,6 +287,7 @@ class SharedCaches:
             IDX_DURATION_RUNNING: _idx_duration_running,
             IDX_PENDING_GPU: _idx_pending_gpu,
             IDX_UP_PREEMPTABLE: _idx_up_preemptable,
+            IDX_ERROR: _idx_error,
         }
         self.own: dict[str, Informer] = {
             kind: mgr.cache.informer(res, indexers=own_indexers) for kind, res in OWN_RESOURCES.items()
@@ -786,6 +792,22 @@ def _map_to_running_with_duration(inf: Informer):
     return fn
 
 
+def _map_to_in_error(inf: Informer):
+    def fn(_obj: Any) -> Iterable[Request]:
+        return [Request.of(o) for o in inf.by_index(IDX_ERROR, "y")]
+
+    return fn
+
+
+def _node_capacity(node: Mapping[str, Any]) -> Any:
+    """What of a Node the GPU statistics read (heartbeats change none of it)."""
+    return (
+        _meta(node).get("labels"),
+        (node.get("spec") or {}).get("unschedulable"),
+        (node.get("status") or {}).get("allocatable"),
+    )
+
+
 def _workload_owner(kind: str, shared: SharedCaches):
     """Kueue Workload -> the Kaiwo workload whose underlying object owns it."""
     main_kinds = {"KaiwoJob": ("Job", "RayJob"), "KaiwoService": ("AppWrapper",)}[kind]
@@ -854,6 +876,12 @@ def setup(
             ctl.watches(shared.pods, _pod_owner, predicates=[_NoUpdates()])
         ctl.watches(shared.workloads, _workload_owner(kind, shared), predicates=[_ConditionsChanged()])
         ctl.watches(shared.own[other], _map_to_running_with_duration(shared.own[kind]), predicates=[ResourceVersionChanged()])
+        # ERROR is re-evaluated when what it depends on changes: the queue
+        # config, KaiwoConfig, node GPU capacity (§5.9 "re-evaluated on every trigger")
+        in_error = _map_to_in_error(shared.own[kind])
+        ctl.watches(shared.queue_configs, in_error, predicates=[ResourceVersionChanged()])
+        ctl.watches(shared.settings.informer, in_error, predicates=[ResourceVersionChanged()])
+        ctl.watches(shared.nodes, in_error, predicates=[FieldsChanged(_node_capacity)])
         out[kind] = rec
     return out
 

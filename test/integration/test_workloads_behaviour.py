@@ -20,7 +20,9 @@ from test_workloads_support import (  # noqa: F401 - fixtures
     eventually,
     events_for,
     get,
+    gpu_nodes,
     kaiwo_url,
+    make_gpu_nodes,
     operator,
     patch_status,
     status_of,
@@ -268,3 +270,65 @@ async def test_deleting_the_workload_deletes_what_it_owns(operator, admin, names
         await eventually(lambda url=url: get(admin, url) is None, timeout=60, what=f"{url} garbage-collected")
     # the LocalQueue belongs to the ClusterQueue and survives
     assert get(admin, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/kaiwo") is not None
+
+
+# --------------------------------------------------------------------------- re-evaluation and §12
+
+
+async def test_error_is_re_evaluated_when_gpu_nodes_appear(operator, admin, namespace):
+    create_kaiwo(admin, "KaiwoJob", namespace, "waits-for-gpus", image="cuda", gpus=8, gpuVendor="nvidia")
+    st = await wait_status(admin, "KaiwoJob", namespace, "waits-for-gpus", "ERROR")
+    assert conditions(st)["Schedulable"][:2] == ("False", "NoGPUs")
+    assert get(admin, job_url(namespace, "waits-for-gpus")) is None
+    names = make_gpu_nodes(admin, "nvidia", 1)
+    try:
+        st = await wait_status(admin, "KaiwoJob", namespace, "waits-for-gpus", "PENDING")
+        assert conditions(st)["Schedulable"] == ("True", "Schedulable", "Cluster has sufficient GPU resources")
+        job = await wait_object(admin, job_url(namespace, "waits-for-gpus"))
+        assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    finally:
+        for name in names:
+            admin.delete(f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture
+def no_pending_threshold(admin):
+    """KaiwoConfig scheduling.pendingThresholdForPreemption = 0s for one test."""
+    url = "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs/kaiwo"
+    before = get(admin, url)["spec"].get("scheduling", {}).get("pendingThresholdForPreemption", "5m")
+    r = admin.patch(url, json={"spec": {"scheduling": {"pendingThresholdForPreemption": "0s"}}}, headers=MERGE)
+    assert r.status_code == 200, r.text
+    yield
+    admin.patch(url, json={"spec": {"scheduling": {"pendingThresholdForPreemption": before}}}, headers=MERGE)
+
+
+async def test_expired_duration_under_gpu_demand_terminates(operator, admin, namespace, gpu_nodes, no_pending_threshold):
+    from test_workloads_support import admit
+
+    create_kaiwo(admin, "KaiwoJob", namespace, "long", image="rocm", gpus=8, duration="1s", entrypoint="sleep 1000")
+    job = await wait_object(admin, job_url(namespace, "long"))
+    admit(admin, namespace, job)
+    patch_status(admin, job_url(namespace, "long"), {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"})
+    await wait_status(admin, "KaiwoJob", namespace, "long", "RUNNING")
+    # §12.1: Preemptable becomes True once the duration ran out (a requeue, no other trigger)
+    st = await eventually(
+        lambda: (s := status_of(admin, "KaiwoJob", namespace, "long"))
+        and conditions(s).get("Preemptable", ("",))[0] == "True" and s,
+        timeout=20,
+        what="Preemptable=True",
+    )
+    assert conditions(st)["Preemptable"] == ("True", "DurationExceeded", "Workload duration has exceeded")
+    assert st["status"] == "RUNNING", "no GPU demand yet: keeps running"
+    await wait_event(admin, namespace, "long", "Preemptable")
+
+    # GPU demand: another GPU workload waits for admission
+    create_kaiwo(admin, "KaiwoJob", namespace, "hungry", image="rocm", gpus=8)
+    await wait_status(admin, "KaiwoJob", namespace, "hungry", "PENDING")
+    st = await wait_status(admin, "KaiwoJob", namespace, "long", "TERMINATED")
+    value, reason, _ = conditions(st)["WorkloadTerminatedEarly"]
+    assert value == "True" and reason in ("DurationExceeded", "DurationExceededWithActiveGpuDemand")
+    await eventually(
+        lambda: (j := get(admin, job_url(namespace, "long"))) is None or bool(j["metadata"].get("deletionTimestamp")),
+        what="Job of the terminated workload deleted",
+    )
+    await wait_event(admin, namespace, "long", "WorkloadTerminated")

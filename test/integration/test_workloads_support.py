@@ -73,31 +73,30 @@ async def operator(control_plane, admin, monkeypatch):
     await asyncio.wait_for(task, 60)
 
 
-@pytest.fixture
-def gpu_nodes(admin):
-    """Two simulated AMD MI300X nodes with 8 GPUs each (deleted afterwards)."""
+def make_gpu_nodes(admin, vendor: str = "amd", count: int = 2) -> list[str]:
+    """Simulated 8-GPU nodes of a vendor, labelled as node-pool discovery would."""
+    pool, key, product = {
+        "amd": ("amd-mi300x-8gpu-128core-1024gi", "amd.com/gpu", ("amd.com/gpu.product-name", "AMD_Instinct_MI300X")),
+        "nvidia": ("nvidia-a100-8gpu-96core-1024gi", "nvidia.com/gpu", ("nvidia.com/gpu.product", "NVIDIA-A100")),
+    }[vendor]
     names = []
-    for i in range(2):
-        name = f"gpu-{uuid.uuid4().hex[:6]}-{i}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kaiwo/nodepool": "amd-mi300x-8gpu-128core-1024gi",
-                    "kaiwo/gpu-model": "mi300x",
-                    "amd.com/gpu.product-name": "AMD_Instinct_MI300X",
-                    "kubernetes.io/hostname": name,
-                },
-            },
-        }
-        r = admin.post("/api/v1/nodes", json=body)
+    for i in range(count):
+        name = f"{vendor}-gpu-{uuid.uuid4().hex[:6]}-{i}"
+        labels = {"kaiwo/nodepool": pool, "kaiwo/gpu-model": pool.split("-")[1], product[0]: product[1],
+                  "kubernetes.io/hostname": name}
+        r = admin.post("/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
         assert r.status_code == 201, r.text
-        cap = {"amd.com/gpu": "8", "cpu": "128", "memory": "1024Gi", "pods": "110"}
+        cap = {key: "8", "cpu": "128", "memory": "1024Gi", "pods": "110"}
         r = admin.patch(f"/api/v1/nodes/{name}/status", json={"status": {"capacity": cap, "allocatable": cap}}, headers=MERGE)
         assert r.status_code == 200, r.text
         names.append(name)
+    return names
+
+
+@pytest.fixture
+def gpu_nodes(admin):
+    """Two simulated AMD MI300X nodes with 8 GPUs each (deleted afterwards)."""
+    names = make_gpu_nodes(admin)
     yield names
     for name in names:
         admin.delete(f"/api/v1/nodes/{name}")
@@ -245,6 +244,7 @@ __all__ = [
     "get",
     "gpu_nodes",
     "kaiwo_url",
+    "make_gpu_nodes",
     "operator",
     "patch_status",
     "status_of",

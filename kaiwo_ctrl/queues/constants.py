@@ -10,6 +10,9 @@ QUEUE_CONFIG_KIND = "KaiwoQueueConfig"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "kaiwo-ctrl"
 QUEUE_CONFIG_LABEL = "kaiwo.silogen.ai/queue-config"
+# Put on a hand-made Kueue object the queue config lists (adopted): kaiwo-ctrl keeps it
+# in sync but never deletes it, because kaiwo-ctrl did not create it.
+ADOPTED_ANNOTATION = "kaiwo.silogen.ai/adopted"
 
 # Kueue. Kueue v0.19 stores and serves every kind we manage at v1beta2
 # (Topology included: it is served at v1beta1 (deprecated) and v1beta2, no longer v1alpha1).

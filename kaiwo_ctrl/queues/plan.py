@@ -23,7 +23,9 @@ object whose namesake is still terminating is reported as *blocked* until it is 
 Deletes are limited to objects carrying both ``app.kubernetes.io/managed-by:
 kaiwo-ctrl`` and ``kaiwo.silogen.ai/queue-config: <name>`` that are no longer
 desired and not on hold. Objects made by hand are never deleted; a hand-made
-object whose name the queue config lists is adopted (updated, labelled, owned).
+object whose name the queue config lists is adopted (updated, labelled, owned)
+and annotated ``kaiwo.silogen.ai/adopted: "true"``, which keeps it from being
+deleted when the queue config stops listing it (kaiwo-ctrl did not create it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 
 from .constants import (
+    ADOPTED_ANNOTATION,
     CLUSTER_QUEUE,
     KIND_ORDER,
     LOCAL_QUEUE,
@@ -246,6 +249,16 @@ def _is_ours(obj: Mapping[str, Any], queue_config_name: str) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and labels.get(QUEUE_CONFIG_LABEL) == queue_config_name
 
 
+def _adopted(obj: Mapping[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(ADOPTED_ANNOTATION) == "true"
+
+
+def _mark_adopted(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), ADOPTED_ANNOTATION: "true"}
+    return obj
+
+
 def _deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -304,7 +317,10 @@ def plan_sync(
             continue
         immutable = _immutable_change(want, current)
         if immutable:
-            plan.recreates.append(copy.deepcopy(dict(want)))
+            recreate = copy.deepcopy(dict(want))
+            if not _is_ours(current, queue_config_name) or _adopted(current):
+                _mark_adopted(recreate)
+            plan.recreates.append(recreate)
             plan.reasons[key] = immutable
             continue
         reasons = []
@@ -312,11 +328,20 @@ def plan_sync(
             reasons.append("value" if want.get("kind") == WORKLOAD_PRIORITY_CLASS else "spec")
         reasons.extend(_metadata_changes(want, current))
         if reasons:
-            plan.updates.append(_merged_update(want, current))
+            update = _merged_update(want, current)
+            if not _is_ours(current, queue_config_name):
+                _mark_adopted(update)
+            plan.updates.append(update)
             plan.reasons[key] = ", ".join(reasons) + " differ" if len(reasons) > 1 else reasons[0] + " differs"
     for key in sorted(have, key=lambda k: _order(k, reverse=True)):
         obj = have[key]
-        if key in desired_keys or _held(key, hold) or not _is_ours(obj, queue_config_name) or _deleting(obj):
+        if (
+            key in desired_keys
+            or _held(key, hold)
+            or not _is_ours(obj, queue_config_name)
+            or _adopted(obj)
+            or _deleting(obj)
+        ):
             continue
         plan.deletes.append(obj)
         plan.reasons[key] = "no longer listed in the queue config"

@@ -429,6 +429,10 @@ async def test_gpu_taints_and_control_plane_exclusion_follow_the_live_config(ope
 async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queues(operator, kube):
     add_node(kube, "cpu-0")
     hand_made(kube)
+    # a hand-made flavor the queue config will list: adopted (kept in sync) but, not being ours, never deleted
+    r = kube.post(f"{KUEUE}/resourceflavors", json={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                                                   "metadata": {"name": "adopted", "labels": {"team": "infra"}}, "spec": {}})
+    assert r.status_code == 201, r.text
     for ns in ("team-a", "team-b"):
         new_namespace(kube, ns)
     op = await operator()
@@ -438,6 +442,7 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
         "resourceFlavors": [
             {"name": "small", "nodeLabels": {"pool": "small"}},
             {"name": "big", "nodeLabels": {"pool": "big"}, "topologyName": "racks"},
+            {"name": "adopted", "nodeLabels": {"pool": "adopted"}, "topologyName": "racks"},
         ],
         "topologies": [{"metadata": {"name": "racks"}, "spec": {"levels": [{"nodeLabel": "rack"}]}}],
         "workloadPriorityClasses": [
@@ -495,7 +500,14 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     small = research["spec"]["resourceGroups"][0]["flavors"][0]
     assert [r["name"] for r in small["resources"]] == ["cpu", "memory"]
     assert parse_quantity(small["resources"][0]["borrowingLimit"]) == 4
-    assert names(kube, "resourceflavors") == ["admin-flavor", "big", "small"]  # discovered flavor gone (not dynamic)
+    assert names(kube, "resourceflavors") == ["admin-flavor", "adopted", "big", "small"]  # discovered one gone
+    adopted = await eventually(
+        lambda: (a := get(kube, f"{KUEUE}/resourceflavors/adopted")) and a["spec"].get("topologyName") == "racks" and a,
+        what="hand-made flavor adopted",
+    )
+    assert adopted["spec"]["nodeLabels"] == {"pool": "adopted"}
+    assert adopted["metadata"]["labels"] == {"team": "infra", **OURS}
+    assert adopted["metadata"]["annotations"]["kaiwo.silogen.ai/adopted"] == "true"
     small_rf = get(kube, f"{KUEUE}/resourceflavors/small")
     assert small_rf["spec"] == {"nodeLabels": {"pool": "small", "kaiwo/worker": "true"}, "topologyName": "default-topology"}
     assert get(kube, f"{KUEUE}/resourceflavors/big")["spec"]["topologyName"] == "racks"
@@ -537,7 +549,7 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     )
     await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq", "research"], what="batch removed")
     await eventually(lambda: local_queues(kube) == ["default/admin-lq", "team-a/research"], what="team-b LocalQueue removed")
-    await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "small"], what="big removed")
+    await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "adopted", "small"], what="big removed")
     await eventually(lambda: names(kube, "workloadpriorityclasses") == ["admin-prio", "high"], what="low removed")
     await eventually(lambda: get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 2000, what="value updated")
     await op.idle()
@@ -552,7 +564,7 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq"], what="managed queues removed")
     await op.idle()
     assert hand_made_present(kube)
-    assert names(kube, "resourceflavors") == ["admin-flavor"]
+    assert names(kube, "resourceflavors") == ["admin-flavor", "adopted"]  # the adopted one is not ours to delete
 
 
 async def test_bad_items_fail_the_status_and_leave_working_objects_alone(operator, kube):

@@ -158,6 +158,12 @@ def _idx_pending_gpu(obj: Mapping[str, Any]) -> list[str]:
     return ["y"] if _status_of(obj) == PENDING and gpus > 0 else []
 
 
+def _terminated_early(obj: Mapping[str, Any]) -> bool:
+    """TERMINATED through §13 (not a stopped RayJob, whose children stay)."""
+    cond = find_condition((obj.get("status") or {}).get("conditions"), "WorkloadTerminatedEarly")
+    return bool(cond and cond.get("status") == "True")
+
+
 def _idx_error(obj: Mapping[str, Any]) -> list[str]:
     return ["y"] if _status_of(obj) == ERROR else []
 
@@ -320,6 +326,8 @@ class SharedCaches:
         for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs):
             inf.add_handler(bump)
         self.recent = RecentWrites()
+        #: (kind, namespace, name) -> resourceVersion our last status write produced
+        self.own_writes: dict[tuple[str, str, str], str | None] = {}
 
     def world(self) -> World:
         """The World for the current caches (rebuilt only after a change)."""
@@ -432,6 +440,26 @@ class _ChildStatusChanged(Predicate):
         )
 
 
+class _NotOurStatusWrite(Predicate):
+    """Drops the update event of the version our own status write produced:
+    the pass that wrote it already acted on that status (children applied,
+    requeue scheduled), so reconciling it again could only confirm it."""
+
+    def __init__(self, shared: "SharedCaches", kind: str) -> None:
+        self.shared, self.kind = shared, kind
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        meta = _meta(new)
+        key = (self.kind, meta.get("namespace") or "", meta.get("name") or "")
+        written = self.shared.own_writes.get(key)
+        if written is None:
+            return True
+        del self.shared.own_writes[key]
+        if written != meta.get("resourceVersion"):
+            return True
+        return _meta(old).get("generation") != meta.get("generation")
+
+
 class _ConditionsChanged(Predicate):
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return (old.get("status") or {}).get("conditions") != (new.get("status") or {}).get("conditions")
@@ -452,7 +480,8 @@ class WorkloadReconciler:
         self.informer = shared.own[kind]
         self.recorder = mgr.recorder.for_component(COMPONENTS[kind])
         #: (uid, generation) -> paths the API server refused (422) on update
-        self.rejected: dict[tuple[str, int], list[str]] = {}
+        #: (only the latest generation of each workload is kept)
+        self.rejected: dict[tuple[str, int], dict[str, list[str]]] = {}
         #: (uid, generation) -> why the API server refused to create a child
         self.refused: dict[tuple[str, int], str] = {}
 
@@ -466,7 +495,8 @@ class WorkloadReconciler:
             return None  # garbage collection removes the children (§17)
         state = _status_of(raw)
         if state in TERMINAL:
-            if state == TERMINATED:
+            if state == TERMINATED and _terminated_early(raw):
+                # §13 wrote TERMINATED first; finish deletions a failure cut short
                 await self._delete_children(raw, quiet=True)
             return None
         world = self.shared.world()
@@ -501,7 +531,8 @@ class WorkloadReconciler:
                     ex = self.shared.get(d["kind"], ns, d["metadata"]["name"])
                     if ex is not None and is_controlled_by(ex, uid):
                         unapplied += immutable_drift(d["kind"], ex, d)
-            unapplied += self.rejected.get((uid, generation), [])
+            for paths in self.rejected.get((uid, generation), {}).values():
+                unapplied += paths
             gpu_demand = False
             if ko.spec.get("duration") and _status_of(raw) in UP:
                 gpu_demand = has_gpu_demand(ko, self._pending_gpu_candidates(), world, now)
@@ -529,7 +560,9 @@ class WorkloadReconciler:
 
         if status == PENDING:
             await self._sweep(now)
-        wait = requeue_after({**raw, "status": new}, now)
+        wait = None
+        if status in UP and ko is not None and ko.spec.get("duration"):
+            wait = requeue_after({**raw, "status": new}, now)
         if wait is not None:
             return Result(requeue_after=max(wait.total_seconds(), 0.05))
         return None
@@ -585,7 +618,9 @@ class WorkloadReconciler:
             if e.not_found:
                 raise _Gone() from e
             raise
-        self.shared.recent.put((self.kind, meta.get("namespace") or "", meta["name"]), meta.get("resourceVersion"), result)
+        key = (self.kind, meta.get("namespace") or "", meta["name"])
+        self.shared.recent.put(key, meta.get("resourceVersion"), result)
+        self.shared.own_writes[key] = _rv(result)
         if events:
             for type_, reason, message in status_events(old, new):
                 self.recorder.event(result, type_, reason, message)
@@ -670,12 +705,16 @@ class WorkloadReconciler:
         body = writable_part(kind, desired, existing)
         if contains(existing, body):
             return
+        child = f"{kind}/{name}"
+        generation = owner["metadata"].get("generation") or 0
+        if child in self.rejected.get((uid, generation), {}):
+            return  # refused for this generation already: reported, not retried
         update = merge_into(existing, body)
         try:
             result = await self.client.replace(res, update)
         except ApiError as e:
-            if e.invalid:
-                self._reject(owner, [f"{kind}/{name}:{p}" for p in differing_paths(existing, body)], e)
+            if e.invalid or e.forbidden:  # validation or admission (e.g. PVC resize) said no
+                self._reject(owner, child, [f"{child}:{p}" for p in differing_paths(existing, body)], e)
                 return
             raise
         self.shared.recent.put((kind, ns, name), _rv(existing), result)
@@ -697,15 +736,15 @@ class WorkloadReconciler:
             if c.name == _controller_name(self.kind):
                 c.queue.add_after(Request(meta.get("namespace") or "", meta["name"]), 0.05)
 
-    def _reject(self, owner: dict, paths: list[str], error: ApiError) -> None:
+    def _reject(self, owner: dict, child: str, paths: list[str], error: ApiError) -> None:
         """The API server refused a change: remember it for the
-        SpecChangeNotApplied condition of the next pass and tell the user."""
+        SpecChangeNotApplied condition of the next pass and tell the user.
+        The change is not tried again until the spec changes."""
         meta = owner["metadata"]
         key = (meta.get("uid") or "", meta.get("generation") or 0)
-        if self.rejected.get(key) == paths:
-            return
-        self.rejected = {k: v for k, v in self.rejected.items() if k[0] != key[0]}
-        self.rejected[key] = paths
+        for k in [k for k in self.rejected if k[0] == key[0] and k != key]:
+            del self.rejected[k]
+        self.rejected.setdefault(key, {})[child] = paths
         self.recorder.warning(owner, "SpecChangeRejected", f"{', '.join(paths)}: {error.message}"[:1000])
         self._requeue(owner)
 
@@ -864,7 +903,7 @@ def setup(
         ctl = mgr.new_controller(
             _controller_name(kind), rec, workers=workers, tracer=tracer, rate_limiter=rate_limiter() if rate_limiter else None
         )
-        ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged()])
+        ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), _NotOurStatusWrite(shared, kind)])
         for child in ("Job", "PersistentVolumeClaim"):  # download Job, PVCs (§5.1 Decision)
             ctl.owns(shared.children[child], GROUP, kind, predicates=status_changed)
         if kind == "KaiwoJob":

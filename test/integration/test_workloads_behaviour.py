@@ -332,3 +332,30 @@ async def test_expired_duration_under_gpu_demand_terminates(operator, admin, nam
         what="Job of the terminated workload deleted",
     )
     await wait_event(admin, namespace, "long", "WorkloadTerminated")
+
+
+async def test_pvc_size_changes_the_api_server_refuses_are_reported(operator, admin, namespace):
+    storage = {"storageEnabled": True, "data": {"storageSize": "1Gi"}}
+    create_kaiwo(admin, "KaiwoJob", namespace, "grow", image="busybox", entrypoint="true", storage=storage)
+    pvc_url = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/grow-data"
+    await wait_object(admin, pvc_url)
+    await wait_object(admin, job_url(namespace, "grow"))
+    # larger: applicable in principle (expansion), but this PVC is not bound and has no resizable class
+    admin.patch(kaiwo_url("KaiwoJob", namespace, "grow"),
+                json={"spec": {"storage": {"data": {"storageSize": "2Gi"}}}}, headers=MERGE)
+    st = await eventually(
+        lambda: (s := status_of(admin, "KaiwoJob", namespace, "grow")) and "SpecChangeNotApplied" in conditions(s) and s,
+        what="refused resize reported",
+    )
+    assert "PersistentVolumeClaim/grow-data" in conditions(st)["SpecChangeNotApplied"][2]
+    ev = await wait_event(admin, namespace, "grow", "SpecChangeRejected")
+    assert ev["type"] == "Warning"
+    assert get(admin, pvc_url)["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    # smaller: never applicable, reported from the spec alone
+    admin.patch(kaiwo_url("KaiwoJob", namespace, "grow"),
+                json={"spec": {"storage": {"data": {"storageSize": "512Mi"}}}}, headers=MERGE)
+    await eventually(
+        lambda: "spec.resources.requests.storage"
+        in conditions(status_of(admin, "KaiwoJob", namespace, "grow")).get("SpecChangeNotApplied", ("", "", ""))[2],
+        what="shrink reported",
+    )

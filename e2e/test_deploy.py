@@ -1,0 +1,163 @@
+"""kaiwo-ctrl as users install and run it, on a simulated cluster.
+
+The order matters and is the order a user follows: install config/default,
+start the operator (as its ServiceAccount), apply the samples, then watch a
+KaiwoJob run. Kueue does not run here; where Kueue would admit a workload the
+test does it (see :mod:`e2e.simcluster`: an admitted Workload is created for
+the Job and the Job is unsuspended), and says so in its assertions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.conftest import ROOT, forbidden_lines, wait_for
+from e2e.simcluster import admit_job, admit_pod
+
+pytestmark = pytest.mark.e2e
+
+NS = "kaiwo-samples"
+KAIWO = "/apis/kaiwo.silogen.ai/v1alpha1"
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def get(admin, path: str) -> dict | None:
+    r = admin.get(path)
+    if r.status_code == 404:
+        return None
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def kaiwo_status(admin, plural: str, name: str) -> str:
+    obj = get(admin, f"{KAIWO}/namespaces/{NS}/{plural}/{name}") or {}
+    return (obj.get("status") or {}).get("status") or ""
+
+
+def owned_children(admin, path: str, owner_uid: str) -> list[dict]:
+    items = (get(admin, path) or {}).get("items", [])
+    return [o for o in items if any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])]
+
+
+def test_apply_default_and_server_dry_run(kubectl, installed, deployed, admin):
+    """config/default installs for real, and a server-side dry run of it then succeeds."""
+    assert "deployment.apps/kaiwo-controller-manager" in installed
+    out = kubectl("apply", "-k", str(ROOT / "config" / "default"), "--dry-run=server")
+    assert "(server dry run)" in out.stdout
+    for kind, names in {
+        "customresourcedefinitions.apiextensions.k8s.io": ["kaiwojobs.kaiwo.silogen.ai", "kaiwoconfigs.config.kaiwo.silogen.ai"],
+        "clusterroles.rbac.authorization.k8s.io": ["kaiwo-manager-role", "kaiwo-kaiwojob-editor-role"],
+    }.items():
+        for name in names:
+            kubectl("get", kind, name)
+    sa = deployed["service_account"]["metadata"]
+    kubectl("get", "serviceaccount", sa["name"], "-n", sa["namespace"])
+
+
+def test_operator_runs_as_its_service_account(operator, admin, deployed):
+    """Probes answer, the leader Lease is held in the operator's namespace, the default KaiwoConfig exists."""
+    import httpx
+
+    assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).status_code == 200
+    metrics = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5)
+    assert metrics.status_code == 200 and "rest_client_requests_total" in metrics.text
+    ns = deployed["deployment"]["metadata"]["namespace"]
+    lease = wait_for(lambda: get(admin, f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/83fc2279.silogen.ai"), 60, "leader Lease")
+    assert lease["spec"]["holderIdentity"]
+    wait_for(lambda: get(admin, "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs/kaiwo"), 60, "KaiwoConfig kaiwo")
+    # the identity really is the ServiceAccount, not an admin
+    who = operator.env["KUBECONFIG"]
+    assert "token" in open(who).read()
+
+
+def test_samples_converge(operator, kubectl, admin):
+    """The queue config first (the cluster as an admin prepares it), then the workloads."""
+    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "namespace.yaml"))
+    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+
+    def nodes_pooled():
+        nodes = get(admin, "/api/v1/nodes")["items"]
+        pools = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get("kaiwo/nodepool") for n in nodes}
+        return all(pools.values()) and pools
+
+    pools = wait_for(nodes_pooled, 90, "the operator to label the node pools")
+    assert pools == {
+        "sim-gpu-0": "amd-mi300x-8gpu-57core-460gi",
+        "sim-gpu-1": "amd-mi300x-8gpu-57core-460gi",
+        "sim-cpu-0": "cpu-only-0gpu-14core-57gi",
+    }
+    wait_for(
+        lambda: (get(admin, f"{KAIWO}/kaiwoqueueconfigs/kaiwo").get("status") or {}).get("status") == "READY",
+        90,
+        "KaiwoQueueConfig READY",
+    )
+    cq = wait_for(lambda: get(admin, f"{KUEUE}/clusterqueues/kaiwo"), 30, "ClusterQueue kaiwo")
+    assert cq["metadata"]["ownerReferences"][0]["kind"] == "KaiwoQueueConfig"
+    want = {"amd-mi300x-8gpu-57core-460gi", "cpu-only-0gpu-14core-57gi"}
+    wait_for(
+        lambda: want <= {f["metadata"]["name"] for f in get(admin, f"{KUEUE}/resourceflavors")["items"]},
+        60,
+        f"ResourceFlavors {sorted(want)}",
+    )
+
+    out = kubectl("apply", "-k", str(ROOT / "config" / "samples"))
+    assert "kaiwojob.kaiwo.silogen.ai/hello-job" in out.stdout
+
+    job = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwojobs/hello-job")
+    svc = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwoservices/hello-service")
+    batch = wait_for(lambda: owned_children(admin, f"/apis/batch/v1/namespaces/{NS}/jobs", job["metadata"]["uid"]), 90, "the KaiwoJob's Job")
+    assert batch[0]["spec"]["suspend"] is True, "created suspended, for Kueue to admit"
+    assert batch[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
+    wait_for(lambda: owned_children(admin, f"/apis/apps/v1/namespaces/{NS}/deployments", svc["metadata"]["uid"]), 90, "the KaiwoService's Deployment")
+    wait_for(lambda: get(admin, f"{KUEUE}/namespaces/{NS}/localqueues/kaiwo"), 60, "LocalQueue kaiwo")
+    assert wait_for(lambda: kaiwo_status(admin, "kaiwojobs", "hello-job") == "PENDING", 60, "KaiwoJob PENDING (not admitted)")
+    wait_for(lambda: kaiwo_status(admin, "kaiwoservices", "hello-service"), 60, "KaiwoService status")
+
+
+def test_kaiwojob_runs_and_completes_on_simulated_nodes(operator, admin):
+    """Kueue's part played by the test: admitted Workload + unsuspend. Then the
+    real job controller creates the Pod, the kaiwo-scheduler binds it to a kwok
+    GPU node, kwok runs it (Ready for a few seconds) and completes it."""
+    job = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwojobs/hello-job")
+    batch = owned_children(admin, f"/apis/batch/v1/namespaces/{NS}/jobs", job["metadata"]["uid"])[0]
+    admit_job(admin, batch)
+    seen: list[str] = []
+
+    def status_is(want: str):
+        s = kaiwo_status(admin, "kaiwojobs", "hello-job")
+        if not seen or seen[-1] != s:
+            seen.append(s)
+        return s == want
+
+    wait_for(lambda: status_is("RUNNING"), 120, "KaiwoJob RUNNING")
+    pods = get(admin, f"/api/v1/namespaces/{NS}/pods")["items"]
+    pod = next(p for p in pods if p["metadata"]["labels"].get("job-name") == batch["metadata"]["name"])
+    assert pod["spec"]["schedulerName"] == "kaiwo-scheduler"
+    assert pod["spec"]["nodeName"].startswith("sim-gpu-"), "a GPU pod lands on a GPU node"
+    wait_for(lambda: status_is("COMPLETE"), 120, "KaiwoJob COMPLETE")
+    assert "RUNNING" in seen and seen[-1] == "COMPLETE", seen
+    final = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwojobs/hello-job")["status"]
+    assert final.get("startTime") and final.get("completionTime")
+    reasons = {e["reason"] for e in get(admin, f"/api/v1/namespaces/{NS}/events")["items"] if e["involvedObject"]["name"] == "hello-job"}
+    assert {"WorkloadRunning", "WorkloadComplete"} <= reasons, reasons
+
+
+def test_kaiwoservice_becomes_ready(operator, admin):
+    """The Deployment's Pod runs on a kwok node; the test admits its Workload as Kueue would."""
+    svc = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwoservices/hello-service")
+
+    def service_pods():
+        pods = get(admin, f"/api/v1/namespaces/{NS}/pods", )["items"]
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get("kaiwo.silogen.ai/run-id") == svc["metadata"]["uid"]]
+
+    for pod in wait_for(service_pods, 90, "the KaiwoService's Pod"):
+        admit_pod(admin, pod)
+    wait_for(lambda: kaiwo_status(admin, "kaiwoservices", "hello-service") == "READY", 120, "KaiwoService READY")
+
+
+def test_no_forbidden_in_operator_log(operator):
+    """The generated RBAC is enough for everything above (owner references with
+    blockOwnerDeletion included: the apiserver enforces OwnerReferencesPermissionEnforcement)."""
+    bad = forbidden_lines(operator.text())
+    assert not bad, "\n".join(bad[:20])
+    assert "Traceback" not in operator.text(), operator.text()[-4000:]

@@ -44,7 +44,7 @@ from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
-from kaiwo_ctrl.runtime.resources import NAMESPACES, NODES
+from kaiwo_ctrl.runtime.resources import NODES
 from kaiwo_ctrl.settings import settings_for
 
 from .constants import (
@@ -79,7 +79,8 @@ WAIT_REQUEUE = 1.0
 #: Passes per reconcile (LocalQueues need their ClusterQueue's UID, known one pass later).
 MAX_PASSES = 3
 NODE_WRITE_CONCURRENCY = 32
-#: Retry delays after a failed write (one key only, so a short cap keeps repairs timely).
+#: Retry delays after a failed write (one key only, so a short cap keeps repairs timely: e.g. a
+#: LocalQueue for a namespace that does not exist yet is created at most this long after it appears).
 RETRY_BASE, RETRY_CAP = 0.1, 60.0
 
 KUEUE_RESOURCES: dict[str, Resource] = {
@@ -179,14 +180,6 @@ class _KueueObjectChanged(Predicate):
         return self._fields.update(old, new)
 
 
-class _OnlyCreate(Predicate):
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return False
-
-    def delete(self, obj: Mapping[str, Any]) -> bool:
-        return False
-
-
 class _SpecChanged(Predicate):
     """Updates that move ``metadata.generation`` or start deletion (not status writes)."""
 
@@ -244,7 +237,6 @@ class QueueConfigReconciler:
         self.nodes = node_informer(mgr)
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
         self.kueue: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in KUEUE_RESOURCES.items()}
-        self.namespaces = mgr.cache.informer(NAMESPACES)
         self.recorder = mgr.recorder.for_component(COMPONENT)
         self.stats = WriteStats()
         self.startup_done = asyncio.Event()
@@ -255,15 +247,6 @@ class QueueConfigReconciler:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
-
-    def listed_namespace(self, namespace: Mapping[str, Any]) -> Iterable[Request]:
-        """A namespace some ClusterQueue entry lists appeared: its LocalQueue can be created now."""
-        queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
-        name = _meta(namespace).get("name")
-        for entry in ((queue_config or {}).get("spec") or {}).get("clusterQueues") or []:
-            if isinstance(entry, Mapping) and name in (entry.get("namespaces") or []):
-                return (KAIWO_REQUEST,)
-        return ()
 
     # ----------------------------------------------------------- reconcile
     async def __call__(self, req: Request) -> Result | None:
@@ -562,7 +545,6 @@ def setup(mgr: Manager, *, tracer: Any = None) -> QueueConfigReconciler:
     ctl.watches(rec.settings.informer, _always_kaiwo, predicates=[_SpecChanged()])
     for informer in rec.kueue.values():
         ctl.watches(informer, _always_kaiwo, predicates=[_KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
-    ctl.watches(rec.namespaces, rec.listed_namespace, predicates=[_OnlyCreate()])
     rec.controller = ctl  # type: ignore[attr-defined]
     mgr.add_leader_runnable("kaiwoqueueconfig-startup", rec.startup)
     return rec

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Try kaiwo-ctrl in one command.
+#
+#   ./hack/run-local.sh [--simulate] [--once] [--dir DIR]
+#
+# 1. set-up (./hack/setup.sh: .venv, dev dependencies, control-plane binaries; reused when present)
+# 2. a local control plane (kaiwo-ctrl local up: etcd + kube-apiserver + CRDs) in DIR,
+#    or, when KUBECONFIG is set, the cluster it points at (no local control plane)
+# 3. the operator (kaiwo-ctrl run --kubeconfig ...), logging to DIR/operator.log
+# 4. the samples in config/samples, then what the operator made from them
+# 5. "samples reconciled" once every sample has a status and its children; then it keeps
+#    running until Ctrl-C and tears everything down. --once (or RUN_LOCAL_ONCE=1) exits 0 there.
+#
+# --simulate also runs kube-controller-manager, kube-scheduler and kwok (Jobs create Pods that
+# "run" on the simulated sample Nodes), a second scheduler named kaiwo-scheduler (the scheduler
+# the operator's pods ask for), and a Kueue stand-in that admits the sample workloads the way
+# Kueue would (Kueue itself does not run locally). The KaiwoJob then goes RUNNING -> COMPLETE
+# and the KaiwoService READY.
+#
+# With KUBECONFIG set (a real cluster), the operator's CRDs are applied from config/crd; Kueue,
+# KubeRay and AppWrapper must already be installed there. Only the sample namespace, KaiwoJob
+# and KaiwoService are applied (never the simulated Nodes), and the sample KaiwoQueueConfig
+# only when the cluster has none yet. They stay in namespace kaiwo-samples afterwards.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+once=${RUN_LOCAL_ONCE:-0}
+simulate=0
+dir=${RUN_LOCAL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl/run-local}
+timeout=${RUN_LOCAL_TIMEOUT:-300}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --once) once=1 ;;
+    --simulate) simulate=1 ;;
+    --dir) dir=$2; shift ;;
+    --dir=*) dir=${1#--dir=} ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ "$once" = 1 ] || [ "$once" = true ] && once=1 || once=0
+
+say() { printf '[run-local] %s\n' "$*"; }
+t0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
+
+say "set-up (./hack/setup.sh)"
+./hack/setup.sh
+kubectl=$root/.venv/bin/kubectl
+kaiwo=$root/.venv/bin/kaiwo-ctrl
+py=$root/.venv/bin/python
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
+pids=()
+local_plane=0
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  set +e
+  if [ ${#pids[@]} -gt 0 ]; then
+    say "stopping the operator and helpers"
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do
+      for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL "$p" 2>/dev/null
+      wait "$p" 2>/dev/null
+    done
+  fi
+  if [ "$local_plane" = 1 ]; then
+    say "stopping the local control plane"
+    "$kaiwo" local down --dir "$dir/plane" >/dev/null
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+if [ -n "${KUBECONFIG:-}" ]; then
+  kubeconfig=${KUBECONFIG%%:*}
+  say "KUBECONFIG is set: using that cluster ($(k config current-context 2>/dev/null || echo '?')), no local control plane"
+  k version >/dev/null || { echo "cannot reach the cluster of $kubeconfig" >&2; exit 1; }
+  say "applying the operator's CRDs (config/crd)"
+  k apply --server-side --force-conflicts -k config/crd >/dev/null
+else
+  if [ -f "$dir/plane/state.json" ]; then
+    say "a previous local control plane is recorded in $dir/plane: stopping it first"
+    "$kaiwo" local down --dir "$dir/plane" >/dev/null
+  fi
+  rm -rf "$dir/plane"
+  up_args=(local up --dir "$dir/plane")
+  [ "$simulate" = 1 ] && up_args+=(--simulate)
+  say "starting a local control plane: kaiwo-ctrl ${up_args[*]}"
+  local_plane=1
+  "$kaiwo" "${up_args[@]}"
+  kubeconfig=$dir/plane/kubeconfig
+  # The cluster's (simulated) Nodes exist before the operator starts: its start-up task
+  # discovers the node pools from them.
+  k apply -f config/samples/nodes_kwok.yaml
+  if [ "$simulate" = 1 ]; then
+    say "waiting for kwok to report the simulated Nodes Ready"
+    k wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null
+    # no node-lifecycle controller runs locally to lift the taint the apiserver puts on new Nodes
+    for n in $(k get nodes -l type=kwok -o name); do k taint "$n" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true; done
+    say "starting kaiwo-scheduler (logs: $dir/plane/logs/kaiwo-scheduler.log)"
+    "$py" -m e2e.simcluster kaiwo-scheduler --dir "$dir/plane" >"$dir/kaiwo-scheduler.out" 2>&1 &
+    pids+=($!)
+  fi
+fi
+
+ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f())')
+health=${ports% *}
+metrics=${ports#* }
+op_args=(run --kubeconfig "$kubeconfig" --log-format console
+  --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics")
+say "starting the operator: kaiwo-ctrl ${op_args[*]}"
+say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics"
+"$kaiwo" "${op_args[@]}" >"$dir/operator.log" 2>&1 &
+op=$!
+pids+=("$op")
+
+operator_alive() {
+  kill -0 "$op" 2>/dev/null && return 0
+  echo "the operator exited; last lines of $dir/operator.log:" >&2
+  tail -n 40 "$dir/operator.log" >&2
+  exit 1
+}
+deadline=$(( $(date +%s) + timeout ))
+until "$py" -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:$health/readyz', timeout=2).status != 200)" 2>/dev/null; do
+  operator_alive
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "the operator did not become ready in ${timeout}s" >&2; tail -n 40 "$dir/operator.log" >&2; exit 1; }
+  sleep 0.5
+done
+say "operator ready ($(elapsed))"
+
+say "applying the samples (config/samples)"
+if [ -n "${KUBECONFIG:-}" ]; then
+  k apply -f config/samples/namespace.yaml
+  if [ -z "$(k get kaiwoqueueconfigs -o name 2>/dev/null)" ]; then
+    k apply -f config/samples/kaiwo_v1alpha1_kaiwoqueueconfig.yaml
+  fi
+  k apply -f config/samples/kaiwo_v1alpha1_kaiwojob.yaml -f config/samples/kaiwo_v1alpha1_kaiwoservice.yaml
+else
+  k apply -k config/samples
+fi
+if [ "$simulate" = 1 ]; then
+  say "starting the Kueue stand-in (admits the sample workloads as Kueue would)"
+  "$py" -m e2e.simcluster kueue-stand-in --dir "$dir/plane" --namespace kaiwo-samples >"$dir/kueue-stand-in.out" 2>&1 &
+  pids+=($!)
+fi
+
+ns=kaiwo-samples
+# has_status KIND NAME: the object has status.status
+has_status() { [ -n "$(k get "$1" "$2" ${3:+-n "$3"} -o jsonpath='{.status.status}' 2>/dev/null)" ]; }
+# owns KIND NS UID: some KIND in NS has an owner reference to UID
+owns() { k get "$1" -n "$2" -o jsonpath='{range .items[*]}{.metadata.ownerReferences[*].uid}{"\n"}{end}' 2>/dev/null | grep -q "$3"; }
+reconciled() {
+  has_status kaiwoqueueconfig kaiwo || return 1
+  k get clusterqueues -o name 2>/dev/null | grep -q . || return 1
+  local job_uid svc_uid
+  job_uid=$(k get kaiwojob hello-job -n $ns -o jsonpath='{.metadata.uid}' 2>/dev/null) || return 1
+  svc_uid=$(k get kaiwoservice hello-service -n $ns -o jsonpath='{.metadata.uid}' 2>/dev/null) || return 1
+  has_status kaiwojob hello-job $ns && owns jobs $ns "$job_uid" || return 1
+  has_status kaiwoservice hello-service $ns && owns deployments $ns "$svc_uid" || return 1
+}
+deadline=$(( $(date +%s) + timeout ))
+until reconciled; do
+  operator_alive
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "the samples were not reconciled within ${timeout}s; current state:" >&2
+    k get kaiwojobs,kaiwoservices,kaiwoqueueconfigs,jobs,deployments -A >&2 || true
+    tail -n 40 "$dir/operator.log" >&2
+    exit 1
+  fi
+  sleep 0.5
+done
+
+echo
+k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,kaiwojobs,kaiwoservices,jobs,deployments -A
+echo
+say "samples reconciled ($(elapsed) after start)"
+
+if [ "$once" = 1 ]; then
+  exit 0
+fi
+cat <<EOF
+
+The operator keeps running. In another terminal:
+  export KUBECONFIG=$kubeconfig
+  $kubectl get kaiwojobs,kaiwoservices -A -w
+  $kubectl describe kaiwojob hello-job -n kaiwo-samples
+Operator log: $dir/operator.log
+Press Ctrl-C to stop the operator$([ "$local_plane" = 1 ] && echo " and the local control plane").
+EOF
+if [ "$simulate" = 1 ]; then
+  # show the sample workloads moving on
+  last=""
+  while operator_alive; do
+    now=$(k get kaiwojobs,kaiwoservices -n $ns --no-headers -o custom-columns=KIND:.kind,NAME:.metadata.name,STATUS:.status.status 2>/dev/null | tr -s ' ' | paste -sd ';' -)
+    if [ "$now" != "$last" ]; then say "status: $now"; last=$now; fi
+    sleep 1
+  done
+else
+  wait "$op"
+fi

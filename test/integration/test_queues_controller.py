@@ -36,6 +36,7 @@ NVIDIA_LABELS = {"nvidia.com/gpu.product": "Tesla-K80", "nvidia.com/gpu.count": 
 CPU_FLAVOR = "cpu-only-0gpu-7core-14gi"  # 8 cores, 16Gi
 NVIDIA_FLAVOR = "nvidia-teslak80-8gpu-28core-230gi"  # 32 cores, 256Gi
 AMD_FLAVOR = "amd-mi300x-8gpu-57core-460gi"  # 64 cores, 512Gi
+NODE_SETTLE = 2.0  # longer than the node-event debounce
 
 
 # ---------------------------------------------------------------------------
@@ -737,9 +738,6 @@ async def test_without_dynamic_mode_node_events_only_resync(operator, kube):
         lambda: quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu") == 16,
         what="start-up discovery",
     )
-
-
-NODE_SETTLE = 2.0
 
 
 async def test_deleted_queue_config_is_recreated_and_start_keeps_other_entries(operator, kube):

@@ -231,19 +231,25 @@ class Manager:
                     return
                 stopper.cancel()
             await self._start_leader_work()
-            waits = {asyncio.create_task(stop.wait(), name="stop")}
-            if self.elector is not None:
-                waits.add(asyncio.create_task(self.elector.hold(), name="hold-lease"))
-            waits.update(self._tasks)
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for t in waits:
-                if t not in self._tasks and not t.done():
-                    t.cancel()
-            for t in done:
-                if t.get_name() == "hold-lease":
-                    lost = True
-                elif t in self._tasks and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            stopper = asyncio.create_task(stop.wait(), name="stop")
+            holder = asyncio.create_task(self.elector.hold(), name="hold-lease") if self.elector is not None else None
+            pending = {stopper, *self._tasks} | ({holder} if holder else set())
+            try:
+                while True:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if stopper in done:
+                        break
+                    if holder is not None and holder in done:
+                        lost = True
+                        break
+                    for t in done:  # a leader runnable ended
+                        if not t.cancelled() and t.exception() is not None:
+                            raise t.exception()  # type: ignore[misc]
+                        log.info("leader runnable finished", extra={"runnable": t.get_name()})
+            finally:
+                for t in (stopper, holder):
+                    if t is not None and not t.done():
+                        t.cancel()
             if lost:
                 raise LeadershipLost("leader lease lost")
         finally:

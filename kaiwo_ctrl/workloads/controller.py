@@ -326,8 +326,8 @@ class SharedCaches:
         for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs):
             inf.add_handler(bump)
         self.recent = RecentWrites()
-        #: (kind, namespace, name) -> resourceVersion our last status write produced
-        self.own_writes: dict[tuple[str, str, str], str | None] = {}
+        #: (kind, namespace, name) -> (resourceVersion written over, status written)
+        self.own_writes: dict[tuple[str, str, str], tuple[str, dict]] = {}
 
     def world(self) -> World:
         """The World for the current caches (rebuilt only after a change)."""
@@ -451,13 +451,19 @@ class _NotOurStatusWrite(Predicate):
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         meta = _meta(new)
         key = (self.kind, meta.get("namespace") or "", meta.get("name") or "")
-        written = self.shared.own_writes.get(key)
+        written = self.shared.own_writes.pop(key, None)
         if written is None:
             return True
-        del self.shared.own_writes[key]
-        if written != meta.get("resourceVersion"):
-            return True
-        return _meta(old).get("generation") != meta.get("generation")
+        base_rv, status = written
+        ours = (
+            _rv(old) == base_rv
+            and new.get("status") == status
+            and _meta(old).get("generation") == meta.get("generation")
+            and _meta(old).get("labels") == meta.get("labels")
+            and _meta(old).get("annotations") == meta.get("annotations")
+            and not meta.get("deletionTimestamp")
+        )
+        return not ours
 
 
 class _ConditionsChanged(Predicate):
@@ -545,8 +551,14 @@ class WorkloadReconciler:
         refused = self.refused.get((uid, generation))
         if refused is not None and (new.get("status") or "") in ACTIVE:
             new = _refused_status(stored, new, refused, generation, now)
+        again = False
         if new != stored:
             raw = await self._write_status(raw, new)
+            # The event of our own write is not reconciled (_NotOurStatusWrite),
+            # so look now whether the written status leads further (e.g. RUNNING
+            # -> Preemptable computed from startTime) and come back if it does.
+            if refused is None:
+                again = observe(self.kind, raw, world, children, workloads, now) != (raw.get("status") or {})
         status = new.get("status") or ""
 
         if status in ACTIVE and ko is not None:
@@ -563,6 +575,8 @@ class WorkloadReconciler:
         wait = None
         if status in UP and ko is not None and ko.spec.get("duration"):
             wait = requeue_after({**raw, "status": new}, now)
+        if again:
+            return Result(requeue_after=0.01)
         if wait is not None:
             return Result(requeue_after=max(wait.total_seconds(), 0.05))
         return None
@@ -612,15 +626,20 @@ class WorkloadReconciler:
         meta = raw["metadata"]
         old = raw.get("status") or {}
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": new}
+        key = (self.kind, meta.get("namespace") or "", meta["name"])
+        # registered before the request: the watch event may arrive before the response
+        self.shared.own_writes[key] = (meta["resourceVersion"], new)
         try:
             result = await self.client.patch_status(self.res, meta["name"], patch, meta.get("namespace"))
         except ApiError as e:
+            self.shared.own_writes.pop(key, None)
             if e.not_found:
                 raise _Gone() from e
             raise
-        key = (self.kind, meta.get("namespace") or "", meta["name"])
+        except BaseException:
+            self.shared.own_writes.pop(key, None)
+            raise
         self.shared.recent.put(key, meta.get("resourceVersion"), result)
-        self.shared.own_writes[key] = _rv(result)
         if events:
             for type_, reason, message in status_events(old, new):
                 self.recorder.event(result, type_, reason, message)

@@ -23,7 +23,8 @@ object whose namesake is still terminating is reported as *blocked* until it is 
 Deletes are limited to objects carrying both ``app.kubernetes.io/managed-by:
 kaiwo-ctrl`` and ``kaiwo.silogen.ai/queue-config: <name>`` that are no longer
 desired and not on hold. Objects made by hand are never deleted; a hand-made
-object whose name the queue config lists is adopted (updated, labelled, owned)
+object whose name the queue config lists is adopted (updated and labelled, but
+given no owner reference, so no garbage collection can reach it)
 and annotated ``kaiwo.silogen.ai/adopted: "true"``, which keeps it from being
 deleted when the queue config stops listing it (kaiwo-ctrl did not create it).
 """
@@ -259,6 +260,14 @@ def _mark_adopted(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def _without_owner_refs(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An adopted object keeps no owner reference to us: deleting the queue
+    config (or a ClusterQueue) must never garbage-collect what an admin made."""
+    out = copy.deepcopy(dict(obj))
+    (out.get("metadata") or {}).pop("ownerReferences", None)
+    return out
+
+
 def _deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
@@ -315,10 +324,13 @@ def plan_sync(
             plan.creates.append(copy.deepcopy(dict(want)))
             plan.reasons[key] = "missing"
             continue
+        adopted = not _is_ours(current, queue_config_name) or _adopted(current)
+        if adopted:
+            want = _without_owner_refs(want)
         immutable = _immutable_change(want, current)
         if immutable:
             recreate = copy.deepcopy(dict(want))
-            if not _is_ours(current, queue_config_name) or _adopted(current):
+            if adopted:
                 _mark_adopted(recreate)
             plan.recreates.append(recreate)
             plan.reasons[key] = immutable
@@ -329,7 +341,7 @@ def plan_sync(
         reasons.extend(_metadata_changes(want, current))
         if reasons:
             update = _merged_update(want, current)
-            if not _is_ours(current, queue_config_name):
+            if adopted:
                 _mark_adopted(update)
             plan.updates.append(update)
             plan.reasons[key] = ", ".join(reasons) + " differ" if len(reasons) > 1 else reasons[0] + " differs"

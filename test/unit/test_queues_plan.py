@@ -179,19 +179,26 @@ def test_hand_made_object_with_listed_name_is_adopted():
     plan = plan_sync(state.objects, stored, state.hold)
     (update,) = plan.updates
     assert update["metadata"]["labels"] == {"team": "x", **OURS}
-    assert update["metadata"]["ownerReferences"][0]["uid"] == "qc-uid"
-    assert plan.reasons[object_key(update)] == "labels, owner reference differ"
+    # an adopted object gets no owner reference: deleting the queue config
+    # must never garbage-collect something an admin made by hand
+    assert "ownerReferences" not in update["metadata"]
+    assert update["metadata"]["annotations"]["kaiwo.silogen.ai/adopted"] == "true"
+    assert plan.reasons[object_key(update)] == "labels differs"
+    # once adopted, a second plan over the updated object is empty
+    stored = [update if object_key(o) == object_key(update) else o for o in stored]
+    assert plan_sync(state.objects, stored, state.hold).empty
 
 
-def test_adopting_object_with_other_controller_keeps_single_controller():
+def test_adopting_object_with_other_controller_leaves_its_owner_alone():
     state = desired()
     stored = as_stored(state.objects)
     other = {"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x-uid", "controller": True}
     for o in stored:
         if o["kind"] == "WorkloadPriorityClass":
             o["metadata"]["ownerReferences"] = [other]
+            o["metadata"]["labels"] = {}
     (update,) = plan_sync(state.objects, stored, state.hold).updates
-    assert [r.get("controller") for r in update["metadata"]["ownerReferences"]] == [True, False]
+    assert update["metadata"]["ownerReferences"] == [other]
 
 
 def test_immutable_changes_plan_recreate():

@@ -1,0 +1,6 @@
+"""GPU resource monitoring (§14): pure decisions in :mod:`.gpu`, the
+leader-only runnable and its environment in :mod:`.monitor`."""
+
+from .monitor import MonitoringConfigError, ResourceMonitor, read_env, setup
+
+__all__ = ["MonitoringConfigError", "ResourceMonitor", "read_env", "setup"]

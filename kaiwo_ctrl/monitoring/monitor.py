@@ -1,0 +1,229 @@
+"""The resource monitor runnable (§14) and its start-up configuration (§1.2).
+
+A leader-only background task. Every polling interval it scrapes the GPU
+metrics exporter (Prometheus text format, 5 s timeout), reads Pods,
+KaiwoJobs, KaiwoServices and the KaiwoConfig from the manager's shared
+informer caches, and lets :func:`kaiwo_ctrl.monitoring.gpu.decide` say what to
+do. Status writes are merge patches of the status subresource carrying the
+full conditions list, guarded by the resourceVersion read from the cache, and
+only made when the status changes: an unchanged world writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from api.meta import parse_duration
+from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
+from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.settings import ConfigMissing, settings_for
+
+from .gpu import MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
+
+log = logging.getLogger("kaiwo_ctrl.monitoring")
+
+ENV_ENABLED = "RESOURCE_MONITORING_ENABLED"
+ENV_ENDPOINT = "RESOURCE_MONITORING_METRICS_ENDPOINT"
+ENV_INTERVAL = "RESOURCE_MONITORING_POLLING_INTERVAL"
+COMPONENT = "KaiwoResourceMonitor"
+RUNNABLE = "resource-monitor"
+SCRAPE_TIMEOUT = 5.0
+
+RESOURCES: dict[str, Resource] = {"KaiwoJob": KAIWOJOBS, "KaiwoService": KAIWOSERVICES}
+
+
+class MonitoringConfigError(ValueError):
+    """The RESOURCE_MONITORING_* environment is unusable (start-up fails)."""
+
+
+@dataclass(frozen=True)
+class MonitorEnv:
+    endpoint: str
+    interval: float  # seconds
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
+    """The monitor's settings, or None when it is not enabled (§1.2).
+
+    Enabled means ``RESOURCE_MONITORING_ENABLED`` is exactly ``true``; then a
+    missing or non-HTTP endpoint, or a missing, unparseable or non-positive
+    polling interval, raises :class:`MonitoringConfigError`.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(ENV_ENABLED) != "true":
+        return None
+    endpoint = (env.get(ENV_ENDPOINT) or "").strip()
+    if not endpoint:
+        raise MonitoringConfigError(f"{ENV_ENDPOINT} must be set when {ENV_ENABLED}=true")
+    try:
+        url = httpx.URL(endpoint)
+    except (httpx.InvalidURL, TypeError, ValueError) as e:
+        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} is not a valid URL: {e}") from e
+    if url.scheme not in ("http", "https") or not url.host:
+        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} must be an http:// or https:// URL with a host")
+    raw = (env.get(ENV_INTERVAL) or "").strip()
+    if not raw:
+        raise MonitoringConfigError(f"{ENV_INTERVAL} must be set when {ENV_ENABLED}=true (a duration such as 10s, 1m, 1h30m)")
+    try:
+        interval = parse_duration(raw).total_seconds()
+    except ValueError as e:
+        raise MonitoringConfigError(f"{ENV_INTERVAL}={raw!r} is not a duration (use e.g. 10s, 1m, 1h30m)") from e
+    if interval <= 0:
+        raise MonitoringConfigError(f"{ENV_INTERVAL}={raw!r} must be longer than zero")
+    return MonitorEnv(endpoint, interval)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class ResourceMonitor:
+    """One scrape-and-decide pass per interval, on the leader only."""
+
+    def __init__(
+        self,
+        mgr: Manager,
+        endpoint: str,
+        interval: float,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        scrape_timeout: float = SCRAPE_TIMEOUT,
+    ) -> None:
+        # Imported here: the workload package owns the Pod informer's
+        # registration (label selector + transform); using the very same
+        # arguments makes the cache hand back that one informer.
+        from kaiwo_ctrl.workloads.controller import trim_pod
+        from kaiwo_ctrl.workloads.labels import LABEL_RUN_ID
+
+        self.mgr = mgr
+        self.endpoint = endpoint
+        self.interval = interval
+        self.clock = clock
+        self.scrape_timeout = scrape_timeout
+        self.settings = settings_for(mgr)
+        self.pods: Informer = mgr.cache.informer(PODS, transform=trim_pod, label_selector=LABEL_RUN_ID)
+        self.own: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in RESOURCES.items()}
+        self.recorder = mgr.recorder.for_component(COMPONENT)
+        #: (kind, namespace, name) -> (resourceVersion written over, object returned)
+        self._recent: dict[tuple[str, str, str], tuple[str, dict]] = {}
+        self.ticks = 0
+        self.status_writes = 0
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ loop
+    async def run(self) -> None:
+        async with httpx.AsyncClient(timeout=self.scrape_timeout) as http:
+            while True:
+                try:
+                    await self.tick(http)
+                    self.last_error = None
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - one bad tick must not stop the monitor
+                    self.last_error = repr(e)[:500]
+                    log.exception("resource monitor tick failed")
+                self.ticks += 1
+                await asyncio.sleep(self.interval)
+
+    async def scrape(self, http: httpx.AsyncClient) -> str | None:
+        try:
+            r = await http.get(self.endpoint)
+        except httpx.HTTPError as e:
+            self.last_error = f"scrape failed: {e!r}"[:500]
+            log.warning("metrics scrape failed", extra={"endpoint": self.endpoint, "error": repr(e)[:300]})
+            return None
+        if r.status_code != 200:
+            self.last_error = f"scrape answered {r.status_code}"
+            log.warning("metrics scrape answered an error", extra={"endpoint": self.endpoint, "code": r.status_code})
+            return None
+        return r.text
+
+    async def tick(self, http: httpx.AsyncClient) -> None:
+        """§14 steps 1-8 once."""
+        try:
+            config = self.settings.current()
+        except (ConfigMissing, ValidationError) as e:
+            self.last_error = f"config: {e}"[:500]
+            log.warning("resource monitor: KaiwoConfig unreadable, tick skipped", extra={"error": str(e)[:300]})
+            return
+        settings = MonitoringSettings.of(config.spec.resource_monitoring)
+        text = await self.scrape(http)
+        if text is None:
+            return
+        try:
+            samples = parse_samples(text)
+        except ValueError as e:
+            self.last_error = f"unparseable exposition: {e}"[:500]
+            log.warning("metrics exposition unparseable, tick skipped", extra={"endpoint": self.endpoint, "error": str(e)[:300]})
+            return
+        samples = filter_namespaces(samples, settings.target_namespaces)
+        groups = group_by_workload(samples, lambda ns, name: self.pods.get(name, ns))
+        now = self.clock()
+        for ref, group in groups.items():
+            await self._handle(ref, group, settings, now)
+
+    # -------------------------------------------------------------- workload
+    def _workload(self, ref: WorkloadRef) -> dict | None:
+        """From the cache, or what we last wrote while the cache lags behind it."""
+        cached = self.own[ref.kind].get(ref.name, ref.namespace)
+        key = (ref.kind, ref.namespace, ref.name)
+        entry = self._recent.get(key)
+        if entry is None:
+            return cached
+        base_rv, written = entry
+        if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == base_rv:
+            return written
+        del self._recent[key]
+        return cached
+
+    async def _handle(self, ref: WorkloadRef, samples: list, settings: MonitoringSettings, now: datetime) -> None:
+        workload = self._workload(ref)
+        if not matches(ref, workload):
+            return
+        assert workload is not None
+        decision = decide(workload, samples, settings, now)
+        if decision.status is not None:
+            meta = workload["metadata"]
+            rv = meta.get("resourceVersion")
+            patch: dict[str, Any] = {"metadata": {"resourceVersion": rv}, "status": decision.status}
+            try:
+                result = await self.mgr.client.patch_status(RESOURCES[ref.kind], ref.name, patch, ref.namespace)
+            except ApiError as e:
+                if e.conflict or e.not_found:
+                    # changed or gone since the cache saw it: the next tick decides again
+                    log.info("resource monitor: status write skipped", extra={"workload": f"{ref.namespace}/{ref.name}", "code": e.status})
+                    return
+                raise
+            self.status_writes += 1
+            self._recent[(ref.kind, ref.namespace, ref.name)] = (rv or "", result)
+            workload = result
+            if decision.terminating:
+                log.info("workload flagged for termination: GPUs underutilized", extra={"workload": f"{ref.namespace}/{ref.name}"})
+        for type_, reason, message in decision.events:
+            self.recorder.event(workload, type_, reason, message)
+
+
+def setup(mgr: Manager, *, environ: Mapping[str, str] | None = None, clock: Callable[[], datetime] = _utcnow) -> ResourceMonitor | None:
+    """Register the monitor as a leader-only runnable when
+    ``RESOURCE_MONITORING_ENABLED=true``; raise :class:`MonitoringConfigError`
+    (start-up fails) when its endpoint or interval is missing or bad."""
+    env = read_env(environ)
+    if env is None:
+        return None
+    monitor = ResourceMonitor(mgr, env.endpoint, env.interval, clock=clock)
+    mgr.add_leader_runnable(RUNNABLE, monitor.run)
+    mgr.resource_monitor = monitor  # type: ignore[attr-defined]
+    log.info("resource monitoring enabled", extra={"endpoint": env.endpoint, "interval_seconds": env.interval})
+    return monitor

@@ -29,3 +29,6 @@ async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None,
 
     queues.setup(mgr, tracer=tracer)
     workloads.setup(mgr, workers=workers, tracer=tracer)
+    from kaiwo_ctrl.monitoring import setup as monitoring_setup
+
+    monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up

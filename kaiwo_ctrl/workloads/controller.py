@@ -28,6 +28,7 @@ wrote over.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import os
@@ -551,24 +552,36 @@ class WorkloadReconciler:
         refused = self.refused.get((uid, generation))
         if refused is not None and (new.get("status") or "") in ACTIVE:
             new = _refused_status(stored, new, refused, generation, now)
-        again = False
-        if new != stored:
-            raw = await self._write_status(raw, new)
-            # The event of our own write is not reconciled (_NotOurStatusWrite),
-            # so look now whether the written status leads further (e.g. RUNNING
-            # -> Preemptable computed from startTime) and come back if it does.
-            if refused is None:
-                again = observe(self.kind, raw, world, children, workloads, now) != (raw.get("status") or {})
         status = new.get("status") or ""
-
+        to_apply: list[dict] | None = None
         if status in ACTIVE and ko is not None:
             if download_succeeded(new) != download_succeeded(stored):
                 desired = desired_children(ko, world, download_succeeded=download_succeeded(new))
             if isinstance(desired, SpecError):
                 # observe reports spec problems itself; this only guards the apply
                 self.recorder.warning(raw, "InvalidSpec", str(desired))
-                return None
-            await self._apply_children(raw, ko, world, desired or [])
+            else:
+                to_apply = desired or []
+
+        # The status write and the children apply are independent requests:
+        # send them together (half the latency per workload).
+        steps = []
+        if new != stored:
+            steps.append(self._write_status(raw, new))
+        if to_apply:
+            steps.append(self._apply_children(raw, ko, world, to_apply))
+        results = await asyncio.gather(*steps, return_exceptions=True) if steps else []
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise next((f for f in failures if isinstance(f, _Gone)), failures[0])
+        again = False
+        if new != stored:
+            raw = results[0]
+            # The event of our own write is not reconciled (_NotOurStatusWrite),
+            # so look now whether the written status leads further (e.g. RUNNING
+            # -> Preemptable computed from startTime) and come back if it does.
+            if refused is None:
+                again = observe(self.kind, raw, world, children, workloads, now) != (raw.get("status") or {})
 
         if status == PENDING:
             await self._sweep(now)

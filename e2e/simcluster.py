@@ -275,10 +275,26 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     ks = sub.add_parser("kaiwo-scheduler", help="run the kaiwo-scheduler against a `kaiwo-ctrl local up` plane (foreground)")
     ks.add_argument("--dir", type=Path, required=True)
+    sa = sub.add_parser("assets", help="write an assets directory (for KAIWO_CTRL_ASSETS) whose kwok stages keep Job Pods running a while")
+    sa.add_argument("--dir", type=Path, required=True)
     ku = sub.add_parser("kueue-stand-in", help="admit the Kaiwo workloads of a namespace (foreground)")
     ku.add_argument("--dir", type=Path, required=True)
     ku.add_argument("--namespace", required=True)
     args = p.parse_args(argv)
+    if args.cmd == "assets":
+        base = locate_assets(build=True)
+        out = args.dir.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        for name, target in (("bin", base.bin_dir), ("crds", base.crd_dirs[-1])):
+            link = out / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
+        if base.kwok_stages is None:
+            raise SystemExit("kwok stages missing; run ./hack/envtest/build.sh")
+        slow_job_stages(base.kwok_stages, out / "kwok-stages.yaml")
+        print(out)
+        return 0
     plane = _plane_from_state(args.dir.resolve())
     stop = {"now": False}
 

@@ -96,7 +96,12 @@ else
   [ "$simulate" = 1 ] && up_args+=(--simulate)
   say "starting a local control plane: kaiwo-ctrl ${up_args[*]}"
   local_plane=1
-  "$kaiwo" "${up_args[@]}"
+  if [ "$simulate" = 1 ]; then
+    # the same binaries and CRDs, with kwok stages in which a Job's Pod runs for a few seconds
+    KAIWO_CTRL_ASSETS=$("$py" -m e2e.simcluster assets --dir "$dir/assets") "$kaiwo" "${up_args[@]}"
+  else
+    "$kaiwo" "${up_args[@]}"
+  fi
   kubeconfig=$dir/plane/kubeconfig
   # The cluster's (simulated) Nodes exist before the operator starts: its start-up task
   # discovers the node pools from them.
@@ -105,9 +110,9 @@ else
     say "waiting for kwok to report the simulated Nodes Ready"
     k wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null
     # no node-lifecycle controller runs locally to lift the taint the apiserver puts on new Nodes
-    for n in $(k get nodes -l type=kwok -o name); do k taint "$n" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true; done
+    k taint nodes -l type=kwok node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
     say "starting kaiwo-scheduler (logs: $dir/plane/logs/kaiwo-scheduler.log)"
-    "$py" -m e2e.simcluster kaiwo-scheduler --dir "$dir/plane" >"$dir/kaiwo-scheduler.out" 2>&1 &
+    setsid "$py" -m e2e.simcluster kaiwo-scheduler --dir "$dir/plane" >"$dir/kaiwo-scheduler.out" 2>&1 &
     pids+=($!)
   fi
 fi
@@ -119,7 +124,8 @@ op_args=(run --kubeconfig "$kubeconfig" --log-format console
   --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics")
 say "starting the operator: kaiwo-ctrl ${op_args[*]}"
 say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics"
-"$kaiwo" "${op_args[@]}" >"$dir/operator.log" 2>&1 &
+# own session: Ctrl-C reaches this script, which then stops the operator (SIGTERM) and the rest in order
+setsid "$kaiwo" "${op_args[@]}" >"$dir/operator.log" 2>&1 &
 op=$!
 pids+=("$op")
 
@@ -149,7 +155,7 @@ else
 fi
 if [ "$simulate" = 1 ]; then
   say "starting the Kueue stand-in (admits the sample workloads as Kueue would)"
-  "$py" -m e2e.simcluster kueue-stand-in --dir "$dir/plane" --namespace kaiwo-samples >"$dir/kueue-stand-in.out" 2>&1 &
+  setsid "$py" -m e2e.simcluster kueue-stand-in --dir "$dir/plane" --namespace kaiwo-samples >"$dir/kueue-stand-in.out" 2>&1 &
   pids+=($!)
 fi
 

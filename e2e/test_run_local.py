@@ -1,0 +1,104 @@
+"""``./hack/run-local.sh``, the README's "run" command, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = ROOT / "hack" / "run-local.sh"
+
+
+def user_env(run_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "RUN_LOCAL_", "PYTEST"))}
+    env["RUN_LOCAL_DIR"] = str(run_dir)
+    return env
+
+
+def processes_under(path: Path) -> list[str]:
+    """Command lines of live processes that mention ``path`` (our own run directory)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if str(path) in cmd and state != "Z":
+            found.append(f"{proc.name}: {cmd[:160]}")
+    return found
+
+
+def test_once_reaches_samples_reconciled_and_cleans_up(tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run(
+        [str(SCRIPT), "--once"], cwd=ROOT, env=user_env(run_dir), capture_output=True, text=True, timeout=900
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-6000:]
+    assert re.search(r"samples reconciled \(\d+s after start\)", text), text[-6000:]
+    # what the operator made is printed
+    for shown in ("kaiwojob.kaiwo.silogen.ai/hello-job", "job.batch/hello-job", "deployment.apps/hello-service", "clusterqueue.kueue.x-k8s.io/kaiwo"):
+        assert shown in text, shown
+    assert not processes_under(run_dir), processes_under(run_dir)
+    assert not (run_dir / "plane" / "state.json").exists()
+
+
+def test_ctrl_c_tears_everything_down(tmp_path):
+    """Without --once it keeps running; Ctrl-C (SIGINT to its process group) stops it all.
+    --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the Kueue stand-in)."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [str(SCRIPT), "--simulate"],
+        cwd=ROOT,
+        env=user_env(run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def wait_for_line(pattern: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(re.search(pattern, line) for line in lines):
+            if proc.poll() is not None:
+                reader.join(5)
+                raise AssertionError(f"run-local exited with {proc.returncode}:\n{''.join(lines)[-6000:]}")
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGTERM)
+                raise AssertionError(f"no line matching {pattern!r} after {timeout:.0f}s:\n{''.join(lines)[-6000:]}")
+            time.sleep(0.2)
+
+    try:
+        wait_for_line(r"samples reconciled", 900)
+        wait_for_line(r"status: KaiwoJob hello-job COMPLETE", 300)
+        assert any("status: KaiwoJob hello-job RUNNING" in line for line in lines), "".join(lines)[-4000:]
+        state = json.loads((run_dir / "plane" / "state.json").read_text())
+        assert processes_under(run_dir)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        rc = proc.wait(120)
+        reader.join(5)
+    text = "".join(lines)
+    assert rc == 130, text[-4000:]
+    assert "stopping the local control plane" in text
+    assert not processes_under(run_dir), processes_under(run_dir)
+    for name, pid in state["pids"].items():
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1][:3], name

@@ -128,7 +128,6 @@ class ResourceMonitor:
             while True:
                 try:
                     await self.tick(http)
-                    self.last_error = None
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # noqa: BLE001 - one bad tick must not stop the monitor
@@ -151,7 +150,8 @@ class ResourceMonitor:
         return r.text
 
     async def tick(self, http: httpx.AsyncClient) -> None:
-        """§14 steps 1-8 once."""
+        """§14 steps 1-8 once (``last_error`` says why a tick was skipped)."""
+        self.last_error = None
         try:
             config = self.settings.current()
         except (ConfigMissing, ValidationError) as e:

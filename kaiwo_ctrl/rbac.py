@@ -71,7 +71,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
-    Rule("", "pods", ("list", "watch"), "workloads/controller.py: Pod informer (GPU demand, Deployment Pods' Kueue Workloads)"),
+    Rule("", "pods", ("list", "watch"), "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation)"),
     Rule(
         "",
         "configmaps",
@@ -128,7 +128,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
     ),
     Rule(KAIWO, "kaiwojobs", ("list", "watch"), "workloads/controller.py: KaiwoJob informer"),
-    Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/controller.py: status patch (reconcile and duration sweep)"),
+    Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/controller.py: status patch (reconcile, duration sweep); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
         "kaiwojobs/finalizers",
@@ -137,7 +137,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
     ),
     Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/controller.py: KaiwoService informer"),
-    Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/controller.py: status patch (reconcile and duration sweep)"),
+    Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/controller.py: status patch (reconcile, duration sweep); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
         "kaiwoservices/finalizers",

@@ -102,3 +102,28 @@ def test_ctrl_c_tears_everything_down(tmp_path):
     assert not processes_under(run_dir), processes_under(run_dir)
     for name, pid in state["pids"].items():
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1][:3], name
+
+
+def test_with_kubeconfig_uses_that_cluster(tmp_path):
+    """KUBECONFIG set: no local control plane of its own, operator CRDs applied,
+    no simulated Nodes applied, and the cluster is left running afterwards."""
+    from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
+
+    cluster = ControlPlane(tmp_path / "cluster", locate_assets(build=True)).start(install_crds=True)
+    try:
+        run_dir = tmp_path / "run"
+        env = user_env(run_dir)
+        env["KUBECONFIG"] = str(cluster.kubeconfig)
+        out = subprocess.run([str(SCRIPT), "--once"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-6000:]
+        assert "samples reconciled" in text and "starting a local control plane" not in text
+        assert not (run_dir / "plane").exists()
+        with cluster.http() as h:
+            assert h.get("/api/v1/nodes").json()["items"] == [], "simulated Nodes must never reach a real cluster"
+            job = h.get("/apis/kaiwo.silogen.ai/v1alpha1/namespaces/kaiwo-samples/kaiwojobs/hello-job").json()
+            assert job["status"]["status"], job
+        assert cluster.processes["kube-apiserver"].alive(), "the user's cluster keeps running"
+        assert not processes_under(run_dir), processes_under(run_dir)
+    finally:
+        cluster.stop()

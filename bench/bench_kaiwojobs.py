@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import cProfile
 import logging
+import os
 import pstats
 import statistics
 import sys
@@ -45,6 +46,32 @@ from kaiwo_ctrl.workloads import controller as workloads  # noqa: E402
 from kaiwo_ctrl.workloads.desired import desired_children  # noqa: E402
 from kaiwo_ctrl.workloads.status import ObservedChildren, observe  # noqa: E402
 from kaiwo_ctrl.workloads.world import World  # noqa: E402
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PLANE_PIDS: dict[str, int] = {}
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU time used so far by this process (the operator or the baseline
+    client) and by the API server and etcd."""
+    out = {"python": time.process_time()}
+    for name, pid in PLANE_PIDS.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def cpu_delta(before: dict[str, float]) -> dict[str, float]:
+    now = cpu_seconds()
+    return {k: now[k] - before.get(k, 0.0) for k in now}
+
+
+def fmt_cpu(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
 
 
 def kaiwojob(name: str) -> dict:
@@ -89,12 +116,15 @@ async def arrange(client: Client, namespaces: list[str], n: int) -> dict[str, li
     return out
 
 
-async def run_operator(kubeconfig: str, ns: str, n: int, workers: int) -> tuple[float, Counter]:
+async def run_operator(kubeconfig: str, ns: str, n: int, workers: int, events: bool = True) -> tuple[float, Counter]:
     client = await Client.from_kubeconfig(kubeconfig)
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+    if not events:  # analysis only: what the Kubernetes Events cost the API server
+        mgr.recorder.event = lambda *a, **k: None  # type: ignore[method-assign]
     recs = workloads.setup(mgr, workers=workers)
     shared = recs["KaiwoJob"].shared
     stop = asyncio.Event()
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     task = asyncio.create_task(mgr.run(stop))
 
@@ -104,11 +134,15 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int) -> tuple[
         objs = shared.own["KaiwoJob"].list(ns)
         return len(objs) >= n and all((o.get("status") or {}).get("status") for o in objs)
 
+    synced_at = None
     while not done():
         if task.done():
             task.result()
+        if synced_at is None and mgr.ready.is_set():
+            synced_at = time.perf_counter() - t0
         await asyncio.sleep(0.01)
     elapsed = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0)
     # let the reconciles triggered by our own writes finish, then count
     await asyncio.sleep(2.0)
     counts = Counter({k: v for k, v in client.counts.items()})
@@ -116,6 +150,7 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int) -> tuple[
     stop.set()
     await task
     print(f"  operator reconciles: {reconciles}; events written: {mgr.recorder.written}, dropped: {mgr.recorder.dropped}")
+    print(f"  operator phase CPU seconds: {fmt_cpu(cpu)}; caches synced after {synced_at or 0:.2f} s")
     return elapsed, counts
 
 
@@ -132,6 +167,7 @@ async def run_baseline(kubeconfig: str, objs: list[dict], concurrency: int) -> t
         (job,) = desired_children(o, world)
         status = observe("KaiwoJob", o, world, ObservedChildren(), None, now)
         bodies.append((o["metadata"], job, status))
+    cpu0 = cpu_seconds()
     t0 = time.perf_counter()
 
     async def one(meta, job, status):
@@ -141,6 +177,7 @@ async def run_baseline(kubeconfig: str, objs: list[dict], concurrency: int) -> t
 
     await gather_limited(concurrency, [one(*b) for b in bodies])
     elapsed = time.perf_counter() - t0
+    print(f"  baseline phase CPU seconds: {fmt_cpu(cpu_delta(cpu0))}")
     counts = Counter(client.counts)
     await client.close()
     return elapsed, counts
@@ -172,7 +209,7 @@ async def main_async(args: argparse.Namespace, plane: ControlPlane) -> None:
                 prof = cProfile.Profile() if args.profile and rnd == 0 else None
                 if prof:
                     prof.enable()
-                measured["operator"] = await run_operator(kubeconfig, op_ns, args.jobs, args.workers)
+                measured["operator"] = await run_operator(kubeconfig, op_ns, args.jobs, args.workers, not args.no_events)
                 if prof:
                     prof.disable()
                     prof.dump_stats(args.profile)
@@ -208,6 +245,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=64, help="workers per controller")
     p.add_argument("--concurrency", type=int, default=256, help="baseline requests in flight")
+    p.add_argument("--no-events", action="store_true",
+                   help="analysis only: the operator records no Kubernetes Events (not how it runs)")
     p.add_argument("--rounds", type=int, default=3, help="operator/baseline pairs, alternating which goes first")
     p.add_argument("--profile", help="write a cProfile of the first operator phase here")
     args = p.parse_args()
@@ -216,6 +255,7 @@ def main() -> int:
         plane = ControlPlane(directory=Path(d), assets=locate_assets(build=True))
         t = time.perf_counter()
         plane.start(install_crds=True)
+        PLANE_PIDS.update({name: p.pid for name, p in plane.processes.items() if p.pid})
         print(f"control plane up in {time.perf_counter() - t:.1f} s")
         try:
             asyncio.run(main_async(args, plane))

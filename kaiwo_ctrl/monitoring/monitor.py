@@ -173,6 +173,10 @@ class ResourceMonitor:
         now = self.clock()
         for ref, group in groups.items():
             await self._handle(ref, group, settings, now)
+        # remembered writes only matter for workloads still being reported
+        keep = {(ref.kind, ref.namespace, ref.name) for ref in groups}
+        for key in [k for k in self._recent if k not in keep]:
+            del self._recent[key]
 
     # -------------------------------------------------------------- workload
     def _workload(self, ref: WorkloadRef) -> dict | None:

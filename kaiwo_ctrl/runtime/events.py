@@ -64,7 +64,7 @@ class EventRecorder:
         self.component = component
         self.host = socket.gethostname()
         self._queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(max_queue)
-        self._seen: OrderedDict[tuple[str, str, str, str], dict[str, Any]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str, str, str, str], dict[str, Any]] = OrderedDict()
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._lru = lru
         self._burst, self._refill = burst, refill_every
@@ -112,12 +112,15 @@ class EventRecorder:
 
     async def _write(self, ref: dict[str, Any], type_: str, reason: str, message: str, component: str) -> None:
         uid = ref.get("uid") or f"{ref.get('namespace')}/{ref['name']}"
-        bucket = self._buckets.get(uid + type_)
+        # the spam filter is per (reporting component, object, type): one
+        # component's steady warnings must not starve another's events
+        bucket_key = f"{component}\0{uid}\0{type_}"
+        bucket = self._buckets.get(bucket_key)
         if bucket is None:
-            bucket = self._buckets[uid + type_] = _Bucket(self._burst, self._refill)
+            bucket = self._buckets[bucket_key] = _Bucket(self._burst, self._refill)
             if len(self._buckets) > self._lru:
                 self._buckets.popitem(last=False)
-        key = (uid, type_, reason, message)
+        key = (component, uid, type_, reason, message)
         prev = self._seen.get(key)
         if not bucket.take():
             return

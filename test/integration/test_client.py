@@ -79,3 +79,26 @@ async def test_event_recorder_aggregates(client, namespace):
 async def _both(fn):
     ev = await fn()
     return ev if {"Synced", "Broken"} <= set(ev) and ev["Synced"]["count"] == 3 else None
+
+
+async def test_spam_filter_is_per_component(client, namespace):
+    obj = await client.create(CONFIGMAPS, {"metadata": {"name": "noisy", "namespace": namespace}})
+    recorder = EventRecorder(client, "x", burst=2, refill_every=3600)
+    noisy, quiet = recorder.for_component("noisy-monitor"), recorder.for_component("workload-controller")
+    for i in range(5):
+        noisy.warning(obj, "Low", f"sample {i}")  # only the first 2 pass the bucket
+    quiet.warning(obj, "Terminated", "terminated early")
+    await recorder.flush()
+
+    async def reasons():
+        out = await client.list(EVENTS, namespace)
+        return sorted(e["reason"] for e in out["items"] if e["involvedObject"]["name"] == "noisy")
+
+    got = await eventually(lambda: _when(reasons, lambda r: "Terminated" in r), what="the other component's event")
+    assert got.count("Low") == 2
+    await recorder.close()
+
+
+async def _when(fn, pred):
+    v = await fn()
+    return v if pred(v) else None

@@ -70,7 +70,7 @@ from .childstatus import ACTIVE, ERROR, PENDING, TERMINAL, TERMINATED, TERMINATI
 from .desired import MAIN_KINDS, desired_children
 from .drift import IMMUTABLE_PATHS, OWNED_BY_OTHERS, immutable_drift, is_controlled_by
 from .kaiwoobject import API_VERSION, KaiwoObject
-from .labels import LABEL_KUEUE_JOB_UID, LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
+from .labels import LABEL_KUEUE_JOB_UID, LABEL_MANAGED, LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 from .naming import name_with_suffix
 from .status import (
     PREEMPTABLE,
@@ -901,6 +901,18 @@ def _workload_owner(kind: str, shared: SharedCaches):
     return fn
 
 
+def _adopted_job_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
+    """A Kaiwo-managed Job no KaiwoJob controls (adopted through the webhook,
+    §16) -> the KaiwoJob of the same name, which follows its status."""
+    meta = _meta(obj)
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED) != "true" and not labels.get(LABEL_NAME):
+        return []
+    if any(ref.get("controller") and ref.get("kind") == "KaiwoJob" for ref in meta.get("ownerReferences") or ()):
+        return []  # owned: EnqueueOwner handles it
+    return [Request(meta.get("namespace") or "", meta.get("name") or "")]
+
+
 def _pod_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
     labels = _meta(obj).get("labels") or {}
     if labels.get(LABEL_TYPE) == TYPE_SERVICE and labels.get(LABEL_NAME):
@@ -940,6 +952,7 @@ def setup(
             ctl.owns(shared.children[child], GROUP, kind, predicates=status_changed)
         if kind == "KaiwoJob":
             ctl.owns(shared.children["RayJob"], GROUP, kind, predicates=status_changed)
+            ctl.watches(shared.children["Job"], _adopted_job_owner, predicates=status_changed)
         else:
             ctl.owns(shared.children["Deployment"], GROUP, kind, predicates=status_changed)
             ctl.owns(shared.children["AppWrapper"], GROUP, kind, predicates=status_changed)

@@ -253,3 +253,26 @@ async def test_ray_job(operator, admin, namespace):
     patch_status(admin, url, {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"})
     st = await wait_status(admin, "KaiwoJob", namespace, "rayjob", "COMPLETE")
     assert st["completionTime"]
+
+
+async def test_job_not_controlled_by_the_kaiwojob_is_read_never_written(operator, admin, namespace):
+    """A Job adopted through the webhook (§16) exists before its KaiwoJob and is
+    not controlled by it: its status drives the KaiwoJob, but it is never changed."""
+    body = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "adopted", "labels": {"kaiwo.silogen.ai/managed": "true"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [{"name": "c", "image": "busybox:old"}]}}}}
+    r = admin.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", json=body)
+    assert r.status_code == 201, r.text
+    create_kaiwo(admin, "KaiwoJob", namespace, "adopted", image="busybox:new", entrypoint="true")
+    st = await wait_status(admin, "KaiwoJob", namespace, "adopted", "PENDING")
+    assert "SpecChangeNotApplied" not in conditions(st)
+    job = get(admin, job_url(namespace, "adopted"))
+    assert not job["metadata"].get("ownerReferences")
+    assert container(job)["image"] == "busybox:old" and "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"]
+    complete_job(admin, job_url(namespace, "adopted"))
+    await wait_status(admin, "KaiwoJob", namespace, "adopted", "COMPLETE")
+    after = get(admin, job_url(namespace, "adopted"))
+    assert container(after)["image"] == "busybox:old" and not after["metadata"].get("ownerReferences")
+    managers = {m.get("manager") for m in after["metadata"].get("managedFields") or []}
+    assert "kaiwo-ctrl" not in managers, f"the operator wrote to a Job it does not control: {managers}"

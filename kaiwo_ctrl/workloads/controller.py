@@ -15,15 +15,31 @@ what differs:
   other controllers own (``OWNED_BY_OTHERS``: ``spec.suspend`` under Kueue) are
   never sent; immutable drift becomes condition ``SpecChangeNotApplied``.
 
-The status write and the children apply happen in the same pass (the
-reference created children only on the pass after a status write; the
-outcome is the same, with half the reconciles).
+The status write and the children apply happen in the same pass, sent
+together (the reference created children only on the pass after a status
+write; the outcome is the same, with half the reconciles). The watch event of
+our own status write is not reconciled again (:class:`_NotOurStatusWrite`);
+when the written status itself leads further (RUNNING -> ``Preemptable``
+from ``startTime``) the pass requeues at once instead.
+
+Problems are reported on the workload, never by crashing: spec errors and an
+unschedulable request are ERROR conditions from :func:`observe`; a child the
+API server refuses to create puts the workload in ERROR with
+``SpecValid=False/ChildRejected`` (the server's message names the field); a
+change it refuses on an existing child joins ``SpecChangeNotApplied``. Each
+comes with a Warning event. ERROR workloads are re-evaluated when the queue
+config, KaiwoConfig or node GPU capacity change.
 
 Caches lag behind our own writes by one watch event. To keep a reconcile that
 runs before the event arrives from writing the same thing again, the objects
 the API server returned for our writes are kept (:class:`RecentWrites`) and
 used instead of the cached copy until the cache moves past the version we
 wrote over.
+
+Note: ConfigMaps are watched cluster-wide with a transform that keeps only the
+metadata of ConfigMaps no Kaiwo workload owns (memory); Pods are watched only
+with the ``kaiwo.silogen.ai/run-id`` label and trimmed, Kueue Workloads trimmed
+to owner, job-uid label and conditions.
 """
 
 from __future__ import annotations
@@ -69,7 +85,7 @@ from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from .childstatus import ACTIVE, ERROR, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
 from .desired import MAIN_KINDS, desired_children
 from .drift import IMMUTABLE_PATHS, OWNED_BY_OTHERS, immutable_drift, is_controlled_by
-from .kaiwoobject import API_VERSION, KaiwoObject
+from .kaiwoobject import KaiwoObject
 from .labels import LABEL_KUEUE_JOB_UID, LABEL_MANAGED, LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 from .naming import name_with_suffix
 from .status import (
@@ -975,4 +991,4 @@ class _NoUpdates(Predicate):
         return _meta(old).get("deletionTimestamp") != _meta(new).get("deletionTimestamp")
 
 
-__all__ = ["API_VERSION", "LocalQueueError", "QueueConfigMissing", "RecentWrites", "SharedCaches", "WorkloadReconciler", "setup"]
+__all__ = ["LocalQueueError", "QueueConfigMissing", "RecentWrites", "SharedCaches", "WorkloadReconciler", "setup"]

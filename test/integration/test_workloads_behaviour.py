@@ -18,7 +18,6 @@ from test_workloads_support import (  # noqa: F401 - fixtures
     conditions,
     create_kaiwo,
     eventually,
-    events_for,
     get,
     gpu_nodes,
     kaiwo_url,

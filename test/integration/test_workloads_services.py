@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from test_workloads_support import (  # noqa: F401 - fixtures
-    KUEUE,
     MERGE,
     admit,
     conditions,

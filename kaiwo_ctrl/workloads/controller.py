@@ -67,6 +67,7 @@ from kaiwo_ctrl.kinds import (
     WORKLOADPRIORITYCLASSES,
     WORKLOADS,
 )
+from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
 from kaiwo_ctrl.queues.localqueue import resolve_local_queue
@@ -78,7 +79,7 @@ from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate, ResourceVersionChanged
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, DEPLOYMENTS, JOBS, NODES, PODS, PRIORITYCLASSES, PVCS
+from kaiwo_ctrl.runtime.resources import CONFIGMAPS, DEPLOYMENTS, JOBS, PODS, PRIORITYCLASSES, PVCS
 from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX, index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 
@@ -316,7 +317,7 @@ class SharedCaches:
             kind: mgr.cache.informer(res, indexers=own_indexers) for kind, res in OWN_RESOURCES.items()
         }
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
-        self.nodes = mgr.cache.informer(NODES)
+        self.nodes = node_informer(mgr)  # the shared, trimmed Node cache
         self.wpcs = mgr.cache.informer(WORKLOADPRIORITYCLASSES)
         self.pcs = mgr.cache.informer(PRIORITYCLASSES)
         self.cluster_queues = mgr.cache.informer(CLUSTERQUEUES)

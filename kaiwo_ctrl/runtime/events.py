@@ -1,6 +1,6 @@
 """Event recorder: core/v1 Events that ``kubectl describe`` shows.
 
-Recording never blocks a reconcile: events go into a bounded queue (1000,
+Recording never blocks a reconcile: events go into a bounded queue (20000,
 dropped when full) that one background task writes. Identical events (same
 object, type, reason, message) are folded into one Event whose ``count`` and
 ``lastTimestamp`` are bumped, and a per-object token bucket (burst 25, one
@@ -55,7 +55,7 @@ class EventRecorder:
         client: Client,
         component: str,
         *,
-        max_queue: int = 1000,
+        max_queue: int = 20000,
         lru: int = 4096,
         burst: int = 25,
         refill_every: float = 300.0,

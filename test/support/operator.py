@@ -43,7 +43,10 @@ class OperatorProcess:
 
     def writes(self, exclude: tuple[str, ...] = ("leases",)) -> float:
         """Writes by the operator, not counting lease renewals (leader election renews every 2 s)."""
-        total = 0.0
+        return sum(self.writes_by_resource(exclude).values())
+
+    def writes_by_resource(self, exclude: tuple[str, ...] = ("leases",)) -> dict[str, float]:
+        out: dict[str, float] = {}
         for line in self.metrics().splitlines():
             if not line.startswith("rest_client_resource_requests_total{"):
                 continue
@@ -51,8 +54,9 @@ class OperatorProcess:
                 continue
             if any(f'resource="{r}"' in line for r in exclude):
                 continue
-            total += float(line.rsplit(" ", 1)[1])
-        return total
+            key = line.split("{", 1)[1].split("}", 1)[0]
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
 
     def is_leader(self, lease: str) -> bool:
         return f'leader_election_master_status{{name="{lease}"}} 1.0' in self.metrics()

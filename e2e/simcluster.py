@@ -1,14 +1,10 @@
 """A simulated cluster for the e2e tests and ``hack/run-local.sh --simulate``.
 
 On top of the real local control plane (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler and kwok, see
-:mod:`kaiwo_ctrl.local.controlplane`) this adds what a Kaiwo cluster has and
-the plain control plane lacks:
+kube-controller-manager, kube-scheduler serving both the default and the
+``kaiwo-scheduler`` profile, and kwok, see :mod:`kaiwo_ctrl.local.controlplane`)
+this adds what a Kaiwo cluster has and the plain control plane lacks:
 
-* ``kaiwo-scheduler``: a second kube-scheduler whose profile is named
-  ``kaiwo-scheduler`` (the scheduler name the operator puts on every pod
-  template) and bin-packs GPUs, like the companion scheduler of a real
-  installation;
 * kwok stages in which a Job's Pod stays Running for a while before it
   succeeds (the stock "fast" stages complete it at once, so nobody could see
   it run);
@@ -36,7 +32,7 @@ from typing import Any
 import httpx
 import yaml
 
-from kaiwo_ctrl.local.controlplane import Assets, ControlPlane, Process, _terminate, free_port, locate_assets
+from kaiwo_ctrl.local.controlplane import Assets, ControlPlane, locate_assets
 
 ROOT = Path(__file__).resolve().parents[1]
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -56,18 +52,12 @@ def slow_job_stages(src: Path, dst: Path, run_ms: int = POD_RUN_MS) -> Path:
 
 
 class SimPlane(ControlPlane):
-    """The control plane with owner-reference permission enforcement on, and
-    without the admission plugin that taints new Nodes ``not-ready``: the
-    node-lifecycle controller that would lift the taint once kwok reports the
-    Node Ready does not run here."""
+    """The simulated control plane with owner-reference permission enforcement on,
+    as production clusters have it (blockOwnerDeletion then needs RBAC on
+    ``<owner>/finalizers``)."""
 
     def apiserver_args(self) -> list[str]:
-        args = []
-        for a in super().apiserver_args():
-            if a.startswith("--disable-admission-plugins="):
-                a += ",TaintNodesByCondition"
-            args.append(a)
-        return args + ["--enable-admission-plugins=OwnerReferencesPermissionEnforcement"]
+        return super().apiserver_args() + ["--enable-admission-plugins=OwnerReferencesPermissionEnforcement"]
 
 
 def sim_assets(directory: Path) -> Assets:
@@ -85,56 +75,8 @@ def third_party_crds(plane: ControlPlane) -> list[Path]:
     return [f for f in plane.crd_files() if own not in f.resolve().parents]
 
 
-def start_kaiwo_scheduler(plane: ControlPlane) -> Process:
-    """kube-scheduler with the ``kaiwo-scheduler`` profile (GPU bin-packing)."""
-    kc = plane.add_user("kaiwo-scheduler", ("system:masters",))
-    cfg = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kc)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [
-            {
-                "schedulerName": "kaiwo-scheduler",
-                "pluginConfig": [
-                    {
-                        "name": "NodeResourcesFit",
-                        "args": {
-                            "scoringStrategy": {
-                                "type": "RequestedToCapacityRatio",
-                                "resources": [{"name": "amd.com/gpu", "weight": 5}, {"name": "nvidia.com/gpu", "weight": 5}],
-                                "requestedToCapacityRatio": {
-                                    "shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]
-                                },
-                            }
-                        },
-                    }
-                ],
-            }
-        ],
-    }
-    path = plane.directory / "kaiwo-scheduler.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    p = Process(
-        "kaiwo-scheduler",
-        [
-            str(plane.assets.binary("kube-scheduler")),
-            f"--config={path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
-        ],
-        plane.directory / "logs" / "kaiwo-scheduler.log",
-    )
-    p.start()
-    plane.processes["kaiwo-scheduler"] = p
-    time.sleep(0.3)
-    if not p.alive():
-        raise RuntimeError(f"kaiwo-scheduler exited at once:\n{p.log_tail()}")
-    return p
-
-
 def start_sim_plane(directory: Path) -> SimPlane:
-    """etcd + apiserver + controller-manager + scheduler + kwok + kaiwo-scheduler.
+    """etcd + apiserver + controller-manager + scheduler (default and kaiwo-scheduler profiles) + kwok.
 
     Only third-party CRDs are installed: the operator's come from
     ``kubectl apply -k config/default``, as in a real installation.
@@ -143,7 +85,6 @@ def start_sim_plane(directory: Path) -> SimPlane:
     plane.start(install_crds=False)
     try:
         plane.install_crds(third_party_crds(plane))
-        start_kaiwo_scheduler(plane)
     except BaseException:
         plane.stop()
         raise
@@ -273,8 +214,6 @@ def _plane_from_state(directory: Path) -> ControlPlane:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m e2e.simcluster", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    ks = sub.add_parser("kaiwo-scheduler", help="run the kaiwo-scheduler against a `kaiwo-ctrl local up` plane (foreground)")
-    ks.add_argument("--dir", type=Path, required=True)
     sa = sub.add_parser("assets", help="write an assets directory (for KAIWO_CTRL_ASSETS) whose kwok stages keep Job Pods running a while")
     sa.add_argument("--dir", type=Path, required=True)
     ku = sub.add_parser("kueue-stand-in", help="admit the Kaiwo workloads of a namespace (foreground)")
@@ -303,17 +242,6 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
-    if args.cmd == "kaiwo-scheduler":
-        proc = start_kaiwo_scheduler(plane)
-        try:
-            while proc.alive():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            if proc.pid:
-                _terminate(proc.pid, signal.SIGTERM, 10, proc.popen)
-        return 0
     with plane.http() as h:
         try:
             kueue_stand_in(h, args.namespace)

@@ -12,8 +12,8 @@
 #    running until Ctrl-C and tears everything down. --once (or RUN_LOCAL_ONCE=1) exits 0 there.
 #
 # --simulate also runs kube-controller-manager, kube-scheduler and kwok (Jobs create Pods that
-# "run" on the simulated sample Nodes), a second scheduler named kaiwo-scheduler (the scheduler
-# the operator's pods ask for), and a Kueue stand-in that admits the sample workloads the way
+# "run" on the simulated sample Nodes; the scheduler also serves the kaiwo-scheduler profile
+# that the operator's pods ask for), and a Kueue stand-in that admits the sample workloads the way
 # Kueue would (Kueue itself does not run locally). The KaiwoJob then goes RUNNING -> COMPLETE
 # and the KaiwoService READY.
 #
@@ -109,11 +109,6 @@ else
   if [ "$simulate" = 1 ]; then
     say "waiting for kwok to report the simulated Nodes Ready"
     k wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null
-    # no node-lifecycle controller runs locally to lift the taint the apiserver puts on new Nodes
-    k taint nodes -l type=kwok node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
-    say "starting kaiwo-scheduler (logs: $dir/plane/logs/kaiwo-scheduler.log)"
-    setsid "$py" -m e2e.simcluster kaiwo-scheduler --dir "$dir/plane" >"$dir/kaiwo-scheduler.out" 2>&1 &
-    pids+=($!)
   fi
 fi
 

@@ -287,7 +287,9 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            # no ServiceAccount controller runs; with kwok, no node-lifecycle controller
+            # lifts the not-ready taint the apiserver puts on new Nodes either
+            "--disable-admission-plugins=ServiceAccount" + (",TaintNodesByCondition" if "kwok" in self.components else ""),
             f"--service-account-issuer=https://127.0.0.1:{self.api_port}/",
             f"--service-account-key-file={c / 'sa-signer.crt'}",
             f"--service-account-signing-key-file={c / 'sa-signer.key'}",
@@ -444,13 +446,15 @@ class ControlPlane:
             ]
             p = Process(name, args, logs / f"{name}.log")
         elif name == "scheduler":
-            port = free_port()
+            # one scheduler, two profiles: the default one and ``kaiwo-scheduler``,
+            # the scheduler name the operator puts on the pods it generates
+            cfg_path = self.directory / "scheduler-config.yaml"
+            cfg_path.write_text(yaml.safe_dump(scheduler_config(str(kc))))
             args = [
                 str(self.assets.binary("kube-scheduler")),
-                f"--kubeconfig={kc}",
-                "--leader-elect=false",
+                f"--config={cfg_path}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
+                f"--secure-port={free_port()}",
             ]
             p = Process(name, args, logs / f"{name}.log")
         elif name == "kwok":
@@ -507,6 +511,34 @@ class ControlPlane:
 
             shutil.rmtree(directory, ignore_errors=True)
         return stopped
+
+
+def scheduler_config(kubeconfig: str) -> dict:
+    """kube-scheduler configuration with the default and the ``kaiwo-scheduler`` profiles.
+
+    ``kaiwo-scheduler`` packs GPU pods onto the fullest nodes first, the way a
+    GPU cluster's scheduler is usually tuned.
+    """
+    gpu_packing = {
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "RequestedToCapacityRatio",
+                "resources": [{"name": "amd.com/gpu", "weight": 5}, {"name": "nvidia.com/gpu", "weight": 5}],
+                "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]},
+            }
+        },
+    }
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {"schedulerName": "kaiwo-scheduler", "pluginConfig": [gpu_packing]},
+        ],
+    }
 
 
 def _b64(data: bytes) -> str:

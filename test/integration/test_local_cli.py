@@ -39,3 +39,44 @@ def test_local_up_lists_every_crd_group_and_down_cleans_up(tmp_path):
     assert not d.exists()
     for pid in pids.values():
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+
+
+def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
+    """`local up --simulate` alone: a Job's Pod is scheduled by kaiwo-scheduler onto a kwok Node and completes."""
+    import time
+
+    import yaml
+
+    d = tmp_path / "sim"
+    up = subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "up", "--simulate", "--dir", str(d)],
+                        capture_output=True, text=True, timeout=300)
+    kubectl = [str(VENV_BIN / "kubectl"), "--kubeconfig", str(d / "kubeconfig")]
+    try:
+        assert up.returncode == 0, up.stderr
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "sim-0", "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {"type": "kwok"}},
+            "status": {"capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+        }
+        job = {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello", "namespace": "default"},
+            "spec": {"template": {"spec": {
+                "schedulerName": "kaiwo-scheduler", "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+            }}},
+        }
+        for doc in (node, job):
+            subprocess.run(kubectl + ["apply", "-f", "-"], input=yaml.safe_dump(doc), text=True, check=True, capture_output=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            out = subprocess.run(kubectl + ["get", "job", "hello", "-o", "json"], capture_output=True, text=True, check=True).stdout
+            if json.loads(out).get("status", {}).get("succeeded") == 1:
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"job did not complete; logs in {d}/logs")
+        pods = json.loads(subprocess.run(kubectl + ["get", "pods", "-o", "json"], capture_output=True, text=True, check=True).stdout)
+        assert [p["spec"]["nodeName"] for p in pods["items"]] == ["sim-0"]
+    finally:
+        subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "down", "--dir", str(d)], capture_output=True, timeout=120)

@@ -58,7 +58,7 @@ from .constants import (
 from .defaults import ensure_default_queue_config
 from .events import sync_event
 from .kueue import desired_kueue_objects
-from .nodepools import NodePool, node_fingerprint, node_patches, topology_label_patches
+from .nodepools import NodePool, discover, exclude_control_plane_setting, node_fingerprint, node_patches, topology_label_patches
 from .plan import key_str, object_key, plan_sync
 from .status import desired_status, status_changed
 
@@ -262,7 +262,24 @@ class QueueConfigReconciler:
                 queue_config, created = await self.ensure_default(queue_config, config)
                 if created:
                     return None  # spec 15.6.3: do not sync from the new object; its event triggers the next run
+            else:
+                await self.label_nodes(config)
             return await self.sync(queue_config)
+
+    async def label_nodes(self, config: Any) -> None:
+        """Give nodes that joined since start their pool labels (and GPU taint).
+
+        Spec 15.8 labels nodes only at start or in dynamic mode, so a GPU node
+        added later is invisible to the workloads' GPU maths ("cluster has 0
+        GPUs") until the operator restarts. We label it at once; the queue
+        config and its ClusterQueue quotas still change only in dynamic mode.
+        """
+        cfg = config.to_k8s() if hasattr(config, "to_k8s") else config
+        nodes = self.nodes.list()
+        pools = discover(nodes, exclude_control_plane_setting(cfg))
+        patches = node_patches(pools, nodes, cfg)
+        if patches:
+            await self.patch_nodes(patches, pools, cfg)
 
     # ------------------------------------------------ ensure default (15.5)
     async def ensure_default(self, queue_config: dict | None, config: Any) -> tuple[dict, bool]:

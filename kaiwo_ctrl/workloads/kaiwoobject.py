@@ -40,7 +40,9 @@ class KaiwoObject:
             return obj
         if isinstance(obj, (KaiwoJob, KaiwoService)):
             return cls(copy.deepcopy(obj.to_k8s()), "replicas" in obj.spec.model_fields_set)
-        raw = copy.deepcopy(as_dict(obj))
+        # a shallow copy is enough: model_validate + to_k8s() build fresh
+        # containers, so nothing below can reach (and mutate) a cached object
+        raw = dict(as_dict(obj))
         if kind and not raw.get("kind"):
             raw["kind"] = kind
         model = _MODELS.get(raw.get("kind"))
@@ -51,7 +53,8 @@ class KaiwoObject:
         doc = typed.to_k8s()
         # Keep fields the model does not know about (newer CRD fields) as given.
         for key, value in (raw.get("spec") or {}).items():
-            doc["spec"].setdefault(key, value)
+            if key not in doc["spec"]:
+                doc["spec"][key] = copy.deepcopy(value)
         # Mount paths the user left empty fall back to the KaiwoConfig defaults
         # (Decision §3), not to the model's own default.
         raw_storage = (raw.get("spec") or {}).get("storage") or {}

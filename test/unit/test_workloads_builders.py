@@ -428,3 +428,23 @@ def test_managed_label_copied_to_every_child_with_labels():
     (dep,) = desired_children(obj, WORLD)
     assert dep["metadata"]["labels"]["kaiwo.silogen.ai/managed"] == "true"
     assert dep["spec"]["template"]["metadata"]["labels"]["kaiwo.silogen.ai/managed"] == "true"
+
+
+def test_kaiwo_object_never_shares_containers_with_its_input():
+    """The reconciler passes cached dicts: nothing derived from them may alias them."""
+    from kaiwo_ctrl.workloads.kaiwoobject import KaiwoObject
+
+    raw = {
+        "apiVersion": "kaiwo.silogen.ai/v1alpha1",
+        "kind": "KaiwoJob",
+        "metadata": {"name": "a", "namespace": "n", "uid": "u", "labels": {"x": "y"}},
+        "spec": {"job": {"spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}, "futureField": {"k": ["v"]}},
+    }
+    import copy
+
+    before = copy.deepcopy(raw)
+    ko = KaiwoObject.of(raw)
+    ko.doc["metadata"]["labels"]["x"] = "changed"
+    ko.doc["spec"]["job"]["spec"]["template"]["spec"]["containers"][0]["name"] = "changed"
+    ko.doc["spec"]["futureField"]["k"].append("w")
+    assert raw == before

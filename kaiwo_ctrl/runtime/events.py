@@ -5,12 +5,6 @@ dropped when full) that one background task writes. Identical events (same
 object, type, reason, message) are folded into one Event whose ``count`` and
 ``lastTimestamp`` are bumped, and a per-object token bucket (burst 25, one
 token per 300 s) keeps a hot loop from flooding the API server.
-
-Events yield to real work: while ``busy()`` says the controllers have items
-queued or in flight, the writer holds each event back, for at most
-``max_defer`` seconds. In a burst of new workloads the API server's capacity
-then goes first to the writes that make workloads run, and the events follow
-a moment later.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.client import ApiError, Client
@@ -65,16 +59,11 @@ class EventRecorder:
         lru: int = 4096,
         burst: int = 25,
         refill_every: float = 300.0,
-        busy: "Callable[[], bool] | None" = None,
-        max_defer: float = 10.0,
     ) -> None:
         self.client = client
         self.component = component
         self.host = socket.gethostname()
-        self._queue: asyncio.Queue[tuple[float, dict[str, Any], str, str, str]] = asyncio.Queue(max_queue)
-        self.busy = busy
-        self.max_defer = max_defer
-        self.deferred = 0
+        self._queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(max_queue)
         self._seen: OrderedDict[tuple[str, str, str, str, str], dict[str, Any]] = OrderedDict()
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._lru = lru
@@ -91,7 +80,7 @@ class EventRecorder:
         if ref.get("name") is None:
             return
         try:
-            self._queue.put_nowait((time.monotonic(), ref, type_, reason, message[:1024] + ("\0" + component if component else "")))
+            self._queue.put_nowait((ref, type_, reason, message[:1024] + ("\0" + component if component else "")))
         except asyncio.QueueFull:
             self.dropped += 1
         if self._task is None or self._task.done():
@@ -112,12 +101,8 @@ class EventRecorder:
 
     async def _run(self) -> None:
         while True:
-            at, ref, type_, reason, packed = await self._queue.get()
+            ref, type_, reason, packed = await self._queue.get()
             message, _, component = packed.partition("\0")
-            if self.busy is not None and self.busy():
-                self.deferred += 1
-                while self.busy() and time.monotonic() - at < self.max_defer:
-                    await asyncio.sleep(0.05)
             try:
                 await self._write(ref, type_, reason, message, component or self.component)
             except ApiError as e:

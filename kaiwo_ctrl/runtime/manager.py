@@ -70,7 +70,7 @@ class Manager:
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.client, metrics=self.metrics)
-        self.recorder = EventRecorder(self.client, self.component, busy=self._controllers_busy)
+        self.recorder = EventRecorder(self.client, self.component)
         self.controllers: list[Controller] = []
         self._leader_runnables: list[tuple[str, Runnable]] = []
         self._health: dict[str, Check] = {"ping": lambda: None}
@@ -103,9 +103,6 @@ class Manager:
 
     def add_readyz_check(self, name: str, check: Check) -> None:
         self._ready[name] = check
-
-    def _controllers_busy(self) -> bool:
-        return any(len(c.queue) or c.active for c in self.controllers)
 
     def _hook_rest_metrics(self) -> None:
         host = self.client.config.host.split("://", 1)[-1]

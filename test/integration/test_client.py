@@ -103,19 +103,3 @@ async def _when(fn, pred):
     v = await fn()
     return v if pred(v) else None
 
-
-async def test_events_wait_while_work_is_busy_then_land(client, namespace):
-    obj = await client.create(CONFIGMAPS, {"metadata": {"name": "busy", "namespace": namespace}})
-    busy = {"now": True}
-    recorder = EventRecorder(client, "x", busy=lambda: busy["now"], max_defer=30)
-    recorder.for_component("c").normal(obj, "Later", "written once the work is done")
-
-    async def landed():
-        out = await client.list(EVENTS, namespace)
-        return [e for e in out["items"] if e["involvedObject"]["name"] == "busy"]
-
-    await asyncio.sleep(0.5)
-    assert await landed() == [] and recorder.deferred == 1
-    busy["now"] = False
-    assert await eventually(landed, what="event after the work is done")
-    await recorder.close()

@@ -13,6 +13,7 @@ import pytest
 from kaiwo_ctrl.local.controlplane import Process, free_port
 from kaiwo_ctrl.runtime.handler import Request
 from test_workloads_support import (  # noqa: F401 - fixtures
+    job_url,
     MERGE,
     TEAM_QUEUE,
     conditions,
@@ -32,9 +33,6 @@ from test_workloads_support import (  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.integration
 
-
-def job_url(ns: str, name: str) -> str:
-    return f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
 
 
 def api_calls(mgr) -> Counter:

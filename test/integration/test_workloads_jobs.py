@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 
 from test_workloads_support import (  # noqa: F401 - fixtures
+    job_url,
+    container,
+    env_of,
     KUEUE,
     MERGE,
     TEST_IMAGE,
@@ -33,16 +36,7 @@ from test_workloads_support import (  # noqa: F401 - fixtures
 pytestmark = pytest.mark.integration
 
 
-def job_url(ns: str, name: str) -> str:
-    return f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
 
-
-def container(job: dict) -> dict:
-    return job["spec"]["template"]["spec"]["containers"][0]
-
-
-def env_of(c: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in c.get("env") or []}
 
 
 async def test_plain_job_goes_through_the_status_machine(operator, admin, namespace):

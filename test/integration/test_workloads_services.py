@@ -10,6 +10,9 @@ from __future__ import annotations
 import pytest
 
 from test_workloads_support import (  # noqa: F401 - fixtures
+    dep_url,
+    container,
+    env_of,
     MERGE,
     admit,
     conditions,
@@ -29,16 +32,7 @@ from test_workloads_support import (  # noqa: F401 - fixtures
 pytestmark = pytest.mark.integration
 
 
-def dep_url(ns: str, name: str) -> str:
-    return f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
 
-
-def container(obj: dict) -> dict:
-    return obj["spec"]["template"]["spec"]["containers"][0]
-
-
-def env_of(c: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in c.get("env") or []}
 
 
 def make_pod(admin, ns: str, svc: dict, index: int) -> dict:

@@ -252,3 +252,20 @@ __all__ = [
     "wait_object",
     "wait_status",
 ]
+
+
+def job_url(ns: str, name: str) -> str:
+    return f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
+
+
+def dep_url(ns: str, name: str) -> str:
+    return f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+
+
+def container(obj: dict) -> dict:
+    """The first container of a Job's or Deployment's pod template."""
+    return obj["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(c: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c.get("env") or []}

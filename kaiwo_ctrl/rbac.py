@@ -71,6 +71,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
+    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync)"),
     Rule("", "pods", ("list", "watch"), "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation)"),
     Rule(
         "",

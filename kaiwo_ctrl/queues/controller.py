@@ -44,7 +44,7 @@ from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
-from kaiwo_ctrl.runtime.resources import NODES
+from kaiwo_ctrl.runtime.resources import NAMESPACES, NODES
 from kaiwo_ctrl.settings import settings_for
 
 from .constants import (
@@ -158,6 +158,19 @@ class NodeChanged(Predicate):
         return node_fingerprint(old) != node_fingerprint(new)
 
 
+def _trim_namespace(obj: dict) -> dict:
+    meta = obj.get("metadata") or {}
+    keep = {k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": keep}
+
+
+class _NamespaceComesOrGoes(Predicate):
+    """A namespace appearing (or starting to terminate) can unblock or block its LocalQueues."""
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return _meta(old).get("deletionTimestamp") != _meta(new).get("deletionTimestamp")
+
+
 def _always_kaiwo(_obj: Any) -> Iterable[Request]:
     return (KAIWO_REQUEST,)
 
@@ -235,6 +248,7 @@ class QueueConfigReconciler:
         self.client = mgr.client
         self.settings = settings_for(mgr)
         self.nodes = node_informer(mgr)
+        self.namespaces = mgr.cache.informer(NAMESPACES, transform=_trim_namespace)
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
         self.kueue: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in KUEUE_RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
@@ -346,8 +360,13 @@ class QueueConfigReconciler:
             raise errors[0]
 
     # ---------------------------------------------------------- sync (15.7)
+    def _namespace_ready(self, name: str | None) -> bool:
+        ns = self.namespaces.get(name) if name else None
+        return ns is not None and not _deleting(ns)
+
     async def sync(self, queue_config: dict) -> Result | None:
         failures: dict[tuple, str] = {}
+        missing_namespaces: dict[tuple, str] = {}
         state = plan = None
         for _ in range(MAX_PASSES):
             uids = {
@@ -358,6 +377,14 @@ class QueueConfigReconciler:
             state = desired_kueue_objects(queue_config, uids)
             existing = [o for inf in self.kueue.values() for o in inf.list()]
             plan = plan_sync(state.objects, existing, state.hold, _meta(queue_config).get("name") or QUEUE_CONFIG_NAME)
+            # A LocalQueue in a namespace that does not exist would only fail:
+            # report it and wait for the namespace's create event instead of
+            # retrying on a timer (an idle operator writes nothing).
+            no_namespace = [o for o in plan.creates if o.get("kind") == LOCAL_QUEUE and not self._namespace_ready(_meta(o).get("namespace"))]
+            if no_namespace:
+                plan.creates = [o for o in plan.creates if o not in no_namespace]
+                for o in no_namespace:
+                    missing_namespaces[object_key(o)] = f"namespace {_meta(o).get('namespace')} does not exist"
             if plan.empty:
                 break
             wrote = await self.apply_plan(queue_config, plan, existing, failures)
@@ -365,6 +392,7 @@ class QueueConfigReconciler:
                 break
         assert state is not None and plan is not None
         out_of_sync = [f"{key_str(key)}: {reason}" for key, reason in failures.items()]
+        out_of_sync += [f"{key_str(key)}: {reason}" for key, reason in missing_namespaces.items()]
         out_of_sync += plan.out_of_sync()
         for lq in state.waiting:
             out_of_sync.append(
@@ -560,6 +588,7 @@ def setup(mgr: Manager, *, tracer: Any = None) -> QueueConfigReconciler:
     ctl.for_(rec.queue_configs, predicates=[_SpecChanged()])
     ctl.watches(rec.nodes, _always_kaiwo, predicates=[NodeChanged()], debounce=NODE_DEBOUNCE)
     ctl.watches(rec.settings.informer, _always_kaiwo, predicates=[_SpecChanged()])
+    ctl.watches(rec.namespaces, _always_kaiwo, predicates=[_NamespaceComesOrGoes()], debounce=NODE_DEBOUNCE)
     for informer in rec.kueue.values():
         ctl.watches(informer, _always_kaiwo, predicates=[_KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
     rec.controller = ctl  # type: ignore[attr-defined]

@@ -815,11 +815,15 @@ async def test_local_queue_for_a_namespace_created_later(operator, kube):
     spec["clusterQueues"] = [dict(spec["clusterQueues"][0], namespaces=["arrives-later"])]
     assert put_queue_config_spec(kube, spec).status_code == 200
     qc = await eventually(
-        lambda: (q := queue_config(kube)) and "LocalQueue arrives-later/kaiwo: create failed: 404" in condition(q, "InSync").get("message", "") and q,
+        lambda: (q := queue_config(kube))
+        and "LocalQueue arrives-later/kaiwo: namespace arrives-later does not exist" in condition(q, "InSync").get("message", "")
+        and q,
         what="missing namespace reported",
     )
     assert qc["status"]["status"] == "FAILED"
-    new_namespace(kube, "arrives-later")
+    # nothing is retried on a timer while the namespace is missing: no writes at all
+    await assert_idle_without_writes(op)
+    new_namespace(kube, "arrives-later")  # its create event triggers the sync
     await eventually(lambda: "arrives-later/kaiwo" in local_queues(kube), what="LocalQueue once the namespace exists")
     await eventually(
         lambda: (queue_config(kube).get("status") or {}).get("status") == "READY", what="READY once the namespace exists"

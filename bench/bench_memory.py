@@ -103,7 +103,6 @@ async def measure(kubeconfig: str, mode: str) -> dict:
     gc.collect()
     before = rss_kib()
     cache = Cache(c)
-    transform = None if mode == "raw" else ...
     infs = []
     for res in (KAIWOJOBS, JOBS):
         inf = cache.informer(res)
@@ -120,7 +119,6 @@ async def measure(kubeconfig: str, mode: str) -> dict:
     objects = sum(len(i.store) for i in infs)
     await cache.stop()
     await c.close()
-    del transform
     return {"mode": mode, "objects": objects, "rss_before_mib": before / 1024, "rss_after_mib": after / 1024,
             "cache_mib": (after - before) / 1024, "kib_per_object": (after - before) / max(objects, 1), "sync_seconds": sync}
 

@@ -39,9 +39,6 @@ class Settings:
         return KaiwoConfig.model_validate(raw)
 
 
-_SETTINGS_KEY = "kaiwo_ctrl.settings"
-
-
 def settings_for(mgr: Manager) -> Settings:
     """The one Settings object of this manager (created on first use)."""
     s = getattr(mgr, "_kaiwo_settings", None)

@@ -1,0 +1,3 @@
+from kaiwo_ctrl.kaiwo_cli.main import entrypoint
+
+entrypoint()

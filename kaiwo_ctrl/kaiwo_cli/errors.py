@@ -18,6 +18,8 @@ FORBIDDEN = 5
 NOT_FOUND = 6
 #: No pod of the workload has logs to show (not started yet, or no kubelet serves them).
 NO_LOGS = 7
+#: ``--wait --timeout`` ran out before the workload ran or ended.
+TIMEOUT = 8
 #: Interrupted with Ctrl-C.
 INTERRUPTED = 130
 

@@ -22,6 +22,7 @@ EXIT_CODES = """exit codes:
   5  permission denied (the message names the verb and the resource)
   6  workload not found
   7  no logs available
+  8  --wait --timeout ran out
 """
 
 DESCRIPTION = """Run AI workloads on a Kaiwo cluster without writing YAML.

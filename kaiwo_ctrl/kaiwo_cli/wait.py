@@ -10,15 +10,13 @@ from typing import Any
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.resources import EVENTS
 
-from .errors import FAILED, NOT_FOUND, CliError
+from .errors import FAILED, NOT_FOUND, TIMEOUT, CliError
 from .kube import KINDS, explain
 from .output import human_duration, status_text
 
 UP = {"RUNNING", "READY"}
 SUCCESS = {"COMPLETE"}
 FAILURE = {"FAILED", "ERROR", "TERMINATED"}
-#: Exit status for a --wait that ran out of time.
-TIMEOUT = 8
 
 
 def _status(obj: dict[str, Any]) -> str:

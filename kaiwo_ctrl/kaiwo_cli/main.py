@@ -1,0 +1,91 @@
+"""``kaiwo``: argument parsing, the event loop and the exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from kaiwo_ctrl.runtime.client import ApiError
+
+from . import cmd_delete, cmd_list, cmd_logs, cmd_status, cmd_submit, config
+from .errors import INTERRUPTED, CliError
+from .kube import check_crds, connect, explain
+
+EXIT_CODES = """exit codes:
+  0  success
+  1  the workload FAILED or went to ERROR (--wait), or the cluster refused the request
+  2  bad command line or input file
+  3  no cluster: no kubeconfig, or the API server cannot be reached
+  4  the Kaiwo CRDs are not installed
+  5  permission denied (the message names the verb and the resource)
+  6  workload not found
+  7  no logs available
+  8  --wait --timeout ran out
+"""
+
+DESCRIPTION = """Run AI workloads on a Kaiwo cluster without writing YAML.
+
+User defaults (user, clusterQueue, namespace, image) come from
+$KAIWOCONFIG or ~/.config/kaiwo/kaiwoconfig.yaml. Flags win over a workload
+file (-f), which wins over the workload directory's kaiwoconfig.yaml (-p),
+which wins over the user file."""
+
+COMMANDS = (cmd_submit, cmd_list, cmd_status, cmd_logs, cmd_delete)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    conn = common.add_argument_group("cluster connection")
+    conn.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    conn.add_argument("--context", help="kubeconfig context to use (default: the current context)")
+    parser = argparse.ArgumentParser(
+        prog="kaiwo",
+        description=DESCRIPTION,
+        epilog="examples:\n  kaiwo submit -i python:3.12 --entrypoint 'python -c \"print(42)\"' --wait\n"
+        "  kaiwo list\n  kaiwo status my-job\n  kaiwo logs -f my-job\n  kaiwo delete my-job\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.register(sub, common)
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> int:
+    defaults = config.resolve(getattr(args, "workload_dir", None))
+    for w in defaults.warnings:
+        print(f"kaiwo: warning: {w}", file=sys.stderr)
+    if getattr(args, "offline", None) and args.offline(args):
+        return await args.run(args, None, defaults)
+    client = await connect(args.kubeconfig, args.context)
+    try:
+        await check_crds(client)
+        return await args.run(args, client, defaults)
+    except ApiError as e:
+        raise explain(e, client) from None
+    finally:
+        await client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_run(args))
+    except CliError as e:
+        print(f"kaiwo: error: {e.message}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("kaiwo: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:  # `kaiwo logs x | head`
+        return 0
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

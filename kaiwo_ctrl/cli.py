@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "16")), help="reconcile workers per workload controller")
     run.add_argument("--tracing", default=os.environ.get("TRACING_EXPORTER", "none"), help="none | console | otlp")
     run.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument(
+        "--model-config",
+        default=os.environ.get("MODEL_CONFIG") or None,
+        help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
+    )
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
@@ -163,7 +168,15 @@ async def _run_async(args: argparse.Namespace) -> int:
         leader_election=le,
     )
     tracer = setup_tracing(args.tracing)
-    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo)
+    from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
+
+    try:
+        model_config = ConfigSource(args.model_config)
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        await client.close()
+        return 2
+    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("file", type=Path)
     render.add_argument("--nodes", type=Path, default=None, help="YAML with Node objects (GPU node pools)")
     render.add_argument("--config", type=Path, default=None, help="YAML with a KaiwoConfig")
+    render.add_argument("--model-config", type=Path, default=None, help="KubeAI-style system config for Models (default: built-in)")
 
     dl = sub.add_parser("download", help="the download Job's program", add_help=False)
     dl.add_argument("rest", nargs=argparse.REMAINDER)
@@ -133,6 +134,15 @@ def _render(args: argparse.Namespace) -> int:
                 nodes.append(d)
     config = yaml.safe_load(args.config.read_text()) if args.config else None
     out = render(docs, nodes=nodes, config=config)
+    if any(isinstance(d, dict) and d.get("kind") == "Model" for d in docs):
+        from kaiwo_ctrl.serving.config import ConfigError, load_config
+        from kaiwo_ctrl.serving.render import RenderError, render as render_models
+
+        try:
+            out += render_models(docs, load_config(args.model_config))
+        except (ConfigError, RenderError) as e:
+            print(str(e), file=sys.stderr)
+            return 2
     yaml.safe_dump_all(out, sys.stdout, sort_keys=False)
     return 0
 

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--config", type=Path, default=None, help="YAML with a KaiwoConfig")
     render.add_argument("--model-config", type=Path, default=None, help="KubeAI-style system config for Models (default: built-in)")
 
+    sub.add_parser("adapter-loader", help="the LoRA adapter sidecar of Model server Pods", add_help=False)
     dl = sub.add_parser("download", help="the download Job's program", add_help=False)
     dl.add_argument("rest", nargs=argparse.REMAINDER)
 
@@ -75,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["adapter-loader"]:
+        from kaiwo_ctrl.serving.adapterloader import main as loader_main
+
+        return loader_main(argv[1:])
     if argv[:1] == ["download"]:
         from kaiwo_ctrl.download.main import main as download_main
 

@@ -75,9 +75,10 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "pods",
-        ("list", "watch", "create", "delete"),
+        ("list", "watch", "create", "patch", "delete"),
         "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
-        "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts)",
+        "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
+        "serving/adapters.py: adapter.kubeai.org/<name> labels (patch)",
     ),
     Rule(
         "",

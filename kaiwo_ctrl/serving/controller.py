@@ -21,6 +21,7 @@ The status we last wrote is used instead of a cached status older than it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -37,6 +38,7 @@ from kaiwo_ctrl.runtime.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PVCS
 
 from . import cache as cachelib
+from .adapters import SYNC_ERRORS, AdapterSync
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
@@ -136,6 +138,7 @@ class ModelReconciler:
         self.expectations = PodExpectations()
         self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
         self.cache = cachelib.CacheManager(self)
+        self.adapters = AdapterSync(self.client)
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
@@ -148,6 +151,14 @@ class ModelReconciler:
         self.controller = c
         self.source.listeners.append(lambda _cfg: self.enqueue_all())
         self.mgr.add_leader_runnable("model-config-watch", self.source.watch)
+        self.mgr.add_leader_runnable("model-adapter-session", self._hold_adapter_session)
+
+    async def _hold_adapter_session(self) -> None:
+        """Closes the adapter HTTP session when the manager stops."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.adapters.close()
 
     def enqueue_all(self) -> None:
         for m in self.models.list():
@@ -200,6 +211,12 @@ class ModelReconciler:
         if self.expectations.satisfied(key, pods):
             pods = await self._execute(key, model, pods, desired, config.surge)
         await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded))
+        try:
+            await self.adapters.sync(model, pods)
+        except SYNC_ERRORS as e:
+            self.events.warning(model, "AdapterSyncFailed", str(e)[:1024])
+            log.warning("adapter sync failed", extra={"model": req.name, "error": str(e)[:300]})
+            return Result(requeue=True)
         return None
 
     def _with_written_status(self, key: str, model: dict) -> dict:

@@ -222,6 +222,8 @@ def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
         },
         "spec": pod_spec,
     }
+    if containers:  # the adapter loader sidecar
+        pod["metadata"]["annotations"]["adapter-loader-port"] = str(ADAPTER_LOADER_PORT)
     if pods_cfg.get("jsonPatches"):
         try:
             pod = apply_patch(pod, pods_cfg["jsonPatches"])

@@ -142,6 +142,60 @@ def _url_volume(url: ModelURL, mounts: list[dict], volumes: list[dict]) -> None:
         mounts.append(mount)
 
 
+def _storage(
+    name: str, spec: dict[str, Any], url: ModelURL, cdir: str | None, config: SystemConfig
+) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(volumes, server mounts, sidecars, credential env) in the documented order."""
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    fv, fm = files_volume(name, spec.get("files") or [])
+    volumes += fv
+    mounts += fm
+    sidecars: list[dict[str, Any]] = []
+    if spec.get("adapters") is not None and spec.get("engine") == "VLLM":
+        volumes.append({"name": "adapters", "emptyDir": {}})
+        mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
+        sidecars.append(_adapter_sidecar(spec, config, volumes))
+    if cdir:
+        claim = f"shared-model-cache-{spec['cacheProfile']}"
+        volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": "models", "mountPath": cdir, "subPath": cdir.lstrip("/"), "readOnly": True})
+    _url_volume(url, mounts, volumes)
+    cred_env, cred_vols, cred_mounts = credentials(url.scheme, config.secret_names)
+    volumes += [v for v in cred_vols if all(x["name"] != v["name"] for x in volumes)]
+    mounts += cred_mounts
+    return volumes, mounts, sidecars, cred_env
+
+
+def _pod_settings(pod_spec: dict[str, Any], spec: dict[str, Any], pod_fields: dict[str, Any], pods_cfg: dict[str, Any]) -> None:
+    pod_spec.update(copy.deepcopy(pod_fields))
+    if spec.get("priorityClassName"):
+        pod_spec["priorityClassName"] = spec["priorityClassName"]
+    if pods_cfg.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = pods_cfg["serviceAccountName"]
+    if pods_cfg.get("podSecurityContext"):
+        pod_spec["securityContext"] = copy.deepcopy(pods_cfg["podSecurityContext"])
+    if pods_cfg.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = copy.deepcopy(pods_cfg["imagePullSecrets"])
+
+
+def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -> DesiredPod:
+    """Apply the JSON patches, then hash the spec and name the Pod after it."""
+    if pods_cfg.get("jsonPatches"):
+        try:
+            pod = apply_patch(pod, pods_cfg["jsonPatches"])
+        except PatchError as e:
+            raise FieldError("modelServerPods.jsonPatches", str(e)) from None
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            raise FieldError("modelServerPods.jsonPatches", "the patched Pod has no spec")
+    h = spec_hash(pod["spec"])
+    md = pod.setdefault("metadata", {})
+    md["namespace"] = ns
+    md["generateName"] = f"model-{name}-{h}-"
+    md.setdefault("labels", {})[LABEL_POD_HASH] = h
+    return DesiredPod(pod, h)
+
+
 def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
     """The server Pod for ``model`` (a Model dict as read from the API)."""
     meta, spec = model["metadata"], model.get("spec") or {}
@@ -157,31 +211,10 @@ def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
         known = ", ".join(sorted(config.cache_profiles)) or "none configured"
         raise FieldError("spec.cacheProfile", f"unknown cache profile {cache_profile!r} (known: {known})", cache_profile)
     cdir = cache_dir(name, uid) if cache_profile else None
-    adapters = spec.get("adapters") is not None
     parts = ENGINES[engine](
-        EngineInput(name, url, list(spec.get("args") or []), list(spec.get("features") or []), cdir, adapters)
+        EngineInput(name, url, list(spec.get("args") or []), list(spec.get("features") or []), cdir, spec.get("adapters") is not None)
     )
-
-    cred_env, cred_vols, cred_mounts = credentials(url.scheme, config.secret_names)
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    fv, fm = files_volume(name, spec.get("files") or [])
-    volumes += fv
-    mounts += fm
-    containers: list[dict[str, Any]] = []
-    if adapters and engine == "VLLM":
-        volumes.append({"name": "adapters", "emptyDir": {}})
-        mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
-        containers.append(_adapter_sidecar(spec, config, volumes))
-    if cache_profile:
-        volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": f"shared-model-cache-{cache_profile}"}})
-        mounts.append({"name": "models", "mountPath": cdir, "subPath": cdir.lstrip("/"), "readOnly": True})
-    _url_volume(url, mounts, volumes)
-    for v in cred_vols:
-        if all(x["name"] != v["name"] for x in volumes):
-            volumes.append(v)
-    mounts += cred_mounts
-
+    volumes, mounts, sidecars, cred_env = _storage(name, spec, url, cdir, config)
     server: dict[str, Any] = {"name": "server", "image": image}
     if parts.command:
         server["command"] = parts.command
@@ -193,47 +226,19 @@ def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
     resources = {k: v for k, v in (("requests", profile.requests), ("limits", profile.limits)) if v}
     if resources:
         server["resources"] = resources
-    server["startupProbe"] = parts.startup
-    server["readinessProbe"] = parts.readiness
-    server["livenessProbe"] = parts.liveness
-    server["volumeMounts"] = mounts
+    server.update(startupProbe=parts.startup, readinessProbe=parts.readiness, livenessProbe=parts.liveness, volumeMounts=mounts)
     pods_cfg = config.server_pods
     if parts.security_context and pods_cfg.get("securityContext"):
         server["securityContext"] = copy.deepcopy(pods_cfg["securityContext"])
-
-    pod_spec: dict[str, Any] = {"containers": [server, *containers], "volumes": volumes}
-    pod_spec.update(copy.deepcopy(profile.pod_fields))
-    if spec.get("priorityClassName"):
-        pod_spec["priorityClassName"] = spec["priorityClassName"]
-    if pods_cfg.get("serviceAccountName"):
-        pod_spec["serviceAccountName"] = pods_cfg["serviceAccountName"]
-    if pods_cfg.get("podSecurityContext"):
-        pod_spec["securityContext"] = copy.deepcopy(pods_cfg["podSecurityContext"])
-    if pods_cfg.get("imagePullSecrets"):
-        pod_spec["imagePullSecrets"] = copy.deepcopy(pods_cfg["imagePullSecrets"])
-
-    pod: dict[str, Any] = {
+    pod_spec: dict[str, Any] = {"containers": [server, *sidecars], "volumes": volumes}
+    _pod_settings(pod_spec, spec, profile.pod_fields, pods_cfg)
+    annotations = {ANNOTATION_PORT: str(PORT)}
+    if sidecars:
+        annotations["adapter-loader-port"] = str(ADAPTER_LOADER_PORT)
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "namespace": ns,
-            "labels": pod_labels(name, engine),
-            "annotations": {ANNOTATION_PORT: str(PORT)},
-        },
+        "metadata": {"namespace": ns, "labels": pod_labels(name, engine), "annotations": annotations},
         "spec": pod_spec,
     }
-    if containers:  # the adapter loader sidecar
-        pod["metadata"]["annotations"]["adapter-loader-port"] = str(ADAPTER_LOADER_PORT)
-    if pods_cfg.get("jsonPatches"):
-        try:
-            pod = apply_patch(pod, pods_cfg["jsonPatches"])
-        except PatchError as e:
-            raise FieldError("modelServerPods.jsonPatches", str(e)) from None
-        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
-            raise FieldError("modelServerPods.jsonPatches", "the patched Pod has no spec")
-    h = spec_hash(pod["spec"])
-    md = pod.setdefault("metadata", {})
-    md["namespace"] = ns
-    md["generateName"] = f"model-{name}-{h}-"
-    md.setdefault("labels", {})[LABEL_POD_HASH] = h
-    return DesiredPod(pod, h)
+    return _finish(pod, name, ns, pods_cfg)

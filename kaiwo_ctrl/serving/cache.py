@@ -113,10 +113,12 @@ def evict_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
     return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"])
 
 
+def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in (job or {}).get("status", {}).get("conditions") or ())
+
+
 def job_complete(job: dict[str, Any] | None) -> bool:
-    return any(
-        c.get("type") == "Complete" and c.get("status") == "True" for c in (job or {}).get("status", {}).get("conditions") or ()
-    )
+    return _job_condition(job, "Complete")
 
 
 def record(uid: str) -> str:
@@ -158,12 +160,14 @@ class CacheManager:
                 await self.rec.client.create(JOBS, loader_job(model, config))
                 self.rec.events.normal(model, "CacheLoading", f"started Job {loader_job_name(name)} to load the cache")
                 return False
+            if _job_condition(job, "Failed"):
+                self.rec.events.warning(model, "CacheLoadFailed", f"Job {loader_job_name(name)} failed; see its Pod's log")
             if not job_complete(job):
                 return False
             patch = {"metadata": {"annotations": {PVC_ANNOTATION_PREFIX + name: record(uid)}}}
             await self.rec.client.patch(PVCS, pvc_name(profile), patch, ns)
             self.rec.events.normal(model, "CacheLoaded", f"model files cached in PVC {pvc_name(profile)}")
-        if job is not None:
+        if job is not None and not job["metadata"].get("deletionTimestamp"):
             await self.rec.client.delete(JOBS, loader_job_name(name), ns, propagation="Foreground")
         return True
 
@@ -188,7 +192,8 @@ class CacheManager:
             if key in (pvc["metadata"].get("annotations") or {}):
                 await self.rec.client.patch(PVCS, pvc_name(profile), {"metadata": {"annotations": {key: None}}}, ns)
         for job_name in (loader_job_name(name), evict_job_name(name)):
-            if self.rec.jobs.get(job_name, ns) is not None:
+            job = self.rec.jobs.get(job_name, ns)
+            if job is not None and not job["metadata"].get("deletionTimestamp"):
                 await self.rec.client.delete(JOBS, job_name, ns, propagation="Background")
         fins = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": fins or None}}

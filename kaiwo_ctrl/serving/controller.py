@@ -291,7 +291,7 @@ class ModelReconciler:
             self.events.normal(model, "PodsCreated", f"created {len(created)} server Pod(s) with spec hash {desired.hash}")
         if deleted:
             self.events.normal(model, "PodsDeleted", f"deleted {len(deleted)} server Pod(s): {', '.join(deleted[:5])}")
-        log.info("model pods changed", extra={"model": meta["name"], "created": len(created), "deleted": deleted})
+        log.info("model pods changed", extra={"model": meta["name"], "pods_created": len(created), "pods_deleted": deleted})
         gone = set(deleted)
         return [x for x in pods if x["metadata"]["name"] not in gone] + [trim_pod(c) for c in created]
 

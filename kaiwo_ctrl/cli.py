@@ -170,7 +170,14 @@ async def _run_async(args: argparse.Namespace) -> int:
     from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, LeadershipLost, Manager
     from kaiwo_ctrl.runtime.tracing import setup_tracing
 
+    from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
+
     log = logging.getLogger("kaiwo_ctrl")
+    try:
+        model_config = ConfigSource(args.model_config)  # an invalid file stops start-up, naming the key
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     le = None
     if args.leader_elect:
@@ -183,14 +190,6 @@ async def _run_async(args: argparse.Namespace) -> int:
         leader_election=le,
     )
     tracer = setup_tracing(args.tracing)
-    from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
-
-    try:
-        model_config = ConfigSource(args.model_config)
-    except ConfigError as e:
-        print(str(e), file=sys.stderr)
-        await client.close()
-        return 2
     await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
 
     stop = asyncio.Event()

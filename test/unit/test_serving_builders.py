@@ -198,3 +198,31 @@ def test_plan_rollout_surge_zero_and_one():
     assert len(p1b.delete) == 1 and p1b.create == 1  # 3 Ready = desired: replace one old Pod
     p_notready = plan([pod("o1", "O"), pod("o2", "O", True, True)], "H", 2, 0)
     assert names(p_notready.delete)[0] == "o1"
+
+
+# ---------------------------------------------------------------------- cli
+def test_run_refuses_an_invalid_model_config(tmp_path, capsys):
+    from kaiwo_ctrl.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("resourceProfiles:\n  cpu:\n    requests: {cpu: [1]}\n")
+    assert main(["run", "--model-config", str(bad), "--kubeconfig", str(tmp_path / "none")]) == 2
+    assert "resourceProfiles.cpu.requests.cpu" in capsys.readouterr().err
+
+
+def test_render_models(tmp_path, capsys):
+    import yaml
+
+    from kaiwo_ctrl.cli import main
+
+    f = tmp_path / "m.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m"},
+                                 "spec": {"url": "hf://o/r", "engine": "VLLM", "features": [], "resourceProfile": "cpu:2",
+                                          "minReplicas": 2, "cacheProfile": "c", "files": [{"path": "/a", "content": "x"}]}}))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("cacheProfiles: {c: {sharedFilesystem: {storageClassName: s}}}\n")
+    assert main(["render", str(f), "--model-config", str(cfg)]) == 0
+    kinds = [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)]
+    assert kinds == ["ConfigMap", "PersistentVolumeClaim", "Job", "Pod", "Pod"]
+    assert main(["render", str(f)]) == 2  # cache profile "c" is not in the built-in config
+    assert "spec.cacheProfile" in capsys.readouterr().err

@@ -206,6 +206,7 @@ async def test_files_configmap_and_updates(serving_op, admin, namespace):
     await eventually(lambda: rec.model_pods(namespace, "files") and all(
         p["metadata"]["labels"]["pod-hash"] != pod["metadata"]["labels"]["pod-hash"] for p in rec.model_pods(namespace, "files")),
         what="cache caught up")
+    await eventually(quiet(serving_op), timeout=30, interval=0.1, what="controller idle")
     before = dict(serving_op.client.counts)
     done = rec.controller.reconciles
     rec.controller.enqueue(Request(namespace, "files"))
@@ -213,6 +214,24 @@ async def test_files_configmap_and_updates(serving_op, admin, namespace):
     assert {k: serving_op.client.counts[k] for k in ("POST", "PUT", "PATCH", "DELETE")} == {
         k: before.get(k, 0) for k in ("POST", "PUT", "PATCH", "DELETE")}
     assert admin.get(cm_url).status_code == 404
+
+
+def quiet(mgr, settle: float = 1.0):
+    """A condition: the controller's queue is empty, no reconcile runs, and no write for ``settle`` s."""
+    import time
+
+    state = {"writes": -1, "since": 0.0}
+
+    def check() -> bool:
+        c = mgr.rec.controller
+        writes = mgr.client.writes
+        now = time.monotonic()
+        if writes != state["writes"] or len(c.queue) or c.active:
+            state.update(writes=writes, since=now)
+            return False
+        return now - state["since"] >= settle
+
+    return check
 
 
 async def test_rollout_surge_zero(serving_op, admin, namespace):

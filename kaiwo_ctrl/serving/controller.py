@@ -74,6 +74,14 @@ def _index_model(obj: dict) -> list[str]:
     return [f"{meta.get('namespace')}/{m}"] if m else []
 
 
+#: Seconds before a Pod the API server refused is tried again (what it needs may appear).
+REJECTED_RETRY = 30.0
+
+
+class PodRejected(Exception):
+    """The API server refused a server Pod (the message names the field)."""
+
+
 class PodExpectations:
     """Pods we created or deleted that the cache does not show yet (per Model)."""
 
@@ -209,7 +217,12 @@ class ModelReconciler:
                 return None
         pods = self.model_pods(req.namespace, req.name)
         if self.expectations.satisfied(key, pods):
-            pods = await self._execute(key, model, pods, desired, config.surge)
+            try:
+                pods = await self._execute(key, model, pods, desired, config.surge)
+            except PodRejected as e:
+                status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
+                await self._write_status(key, model, status)
+                return Result(requeue_after=REJECTED_RETRY)
         await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded))
         try:
             await self.adapters.sync(model, pods)
@@ -283,8 +296,9 @@ class ModelReconciler:
                 created.append(await self.client.create(PODS, body))
             except ApiError as e:
                 self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
-                if e.invalid or e.forbidden:
+                if e.invalid or e.forbidden:  # e.g. a missing PriorityClass: the message names it
                     self.events.warning(model, "PodRejected", _api_message(e))
+                    raise PodRejected(_api_message(e)) from None
                 raise
         self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
         if created:

@@ -39,6 +39,7 @@ def desired_status(
     pods: list[dict[str, Any]] | None,
     config_error: str | None,
     cache_loaded: bool | None,
+    pod_error: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The status to write. ``pods=None`` keeps the current counts (not refreshed
@@ -66,6 +67,8 @@ def desired_status(
     ready = (status.get("replicas") or {}).get("ready") or 0
     if config_error:
         set_condition(conds, READY, "False", "ConfigInvalid", "no Pods can be built; see ConfigValid", gen, now)
+    elif pod_error:
+        set_condition(conds, READY, "False", "PodRejected", pod_error[:MESSAGE_MAX], gen, now)
     elif cache_loaded is False:
         set_condition(conds, READY, "False", "CacheLoading", "waiting for the model cache", gen, now)
     elif ready >= want:

@@ -179,6 +179,14 @@ async def test_priority_class_and_env_from_order(serving_op, admin, namespace):
         admin.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{pc}")
 
 
+async def test_rejected_pod_is_reported(serving_op, admin, namespace):
+    create_model(admin, namespace, "nopc", priorityClassName="does-not-exist")
+    model = await eventually(lambda: (c := condition(x := get_model(admin, namespace, "nopc"), "Ready"))
+                             and c[1] == "PodRejected" and x, what="PodRejected condition")
+    assert "does-not-exist" in condition(model, "Ready")[2]
+    assert list_pods(admin, namespace, "nopc") == []
+
+
 async def test_files_configmap_and_updates(serving_op, admin, namespace):
     files = [{"path": "/config/a.txt", "content": "one"}, {"path": "/etc/b.json", "content": "{}"}]
     create_model(admin, namespace, "files", files=files)

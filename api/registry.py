@@ -152,9 +152,9 @@ KINDS: tuple[KindInfo, ...] = (
         scale_subresource={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas.all"},
         printer_columns=(
             {"name": "Engine", "type": "string", "jsonPath": ".spec.engine"},
+            {"name": "URL", "type": "string", "jsonPath": ".spec.url"},
             {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas.all"},
             {"name": "Ready", "type": "integer", "jsonPath": ".status.replicas.ready"},
-            {"name": "URL", "type": "string", "jsonPath": ".spec.url", "priority": 1},
             AGE_COLUMN,
         ),
         root_validations=(

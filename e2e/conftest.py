@@ -178,6 +178,9 @@ def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int
         _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics)
         for a in c["args"]
     ]
+    # the model config is mounted from the ConfigMap kustomize generates from this file
+    args = [f"--model-config={ROOT / 'config' / 'manager' / 'model-config.yaml'}" if a.startswith("--model-config=") else a
+            for a in args]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), "KUBECONFIG": str(kubeconfig)}
     for e in c.get("env", []):
         if "value" in e:

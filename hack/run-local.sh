@@ -169,7 +169,15 @@ workload_done() {
   if [ -n "${KUBECONFIG:-}" ] && [ "$status" = ERROR ]; then return 0; fi
   owns "$3" $ns "$uid"
 }
+# model_done: the sample Model has a server Pod (Ready on the simulated cluster); local planes only
+model_done() {
+  [ -n "${KUBECONFIG:-}" ] && return 0
+  local want=all
+  [ "$simulate" = 1 ] && want=ready
+  [ "$(k get model qwen2-500m-cpu -n $ns -o jsonpath="{.status.replicas.$want}" 2>/dev/null)" = 1 ]
+}
 reconciled() {
+  model_done || return 1
   has_status kaiwoqueueconfig kaiwo || return 1
   k get clusterqueues -o name 2>/dev/null | grep -q . || return 1
   workload_done kaiwojob hello-job jobs || return 1
@@ -180,7 +188,7 @@ until reconciled; do
   operator_alive
   if [ "$(date +%s)" -ge "$deadline" ]; then
     echo "the samples were not reconciled within ${timeout}s; current state:" >&2
-    k get kaiwojobs,kaiwoservices,kaiwoqueueconfigs,jobs,deployments -A >&2 || true
+    k get kaiwojobs,kaiwoservices,kaiwoqueueconfigs,jobs,deployments,models,pods -A >&2 || true
     tail -n 40 "$dir/operator.log" >&2
     exit 1
   fi
@@ -188,7 +196,8 @@ until reconciled; do
 done
 
 echo
-k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,kaiwojobs,kaiwoservices,jobs,deployments -A
+k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,kaiwojobs,kaiwoservices,jobs,deployments,models -A
+k get pods -n $ns -l app=model -o wide
 echo
 say "samples reconciled ($(elapsed) after start)"
 

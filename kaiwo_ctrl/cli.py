@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "16")), help="reconcile workers per workload controller")
     run.add_argument("--tracing", default=os.environ.get("TRACING_EXPORTER", "none"), help="none | console | otlp")
     run.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument(
+        "--model-config",
+        default=os.environ.get("MODEL_CONFIG") or None,
+        help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
+    )
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
@@ -56,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("file", type=Path)
     render.add_argument("--nodes", type=Path, default=None, help="YAML with Node objects (GPU node pools)")
     render.add_argument("--config", type=Path, default=None, help="YAML with a KaiwoConfig")
+    render.add_argument("--model-config", type=Path, default=None, help="KubeAI-style system config for Models (default: built-in)")
 
+    sub.add_parser("adapter-loader", help="the LoRA adapter sidecar of Model server Pods", add_help=False)
     dl = sub.add_parser("download", help="the download Job's program", add_help=False)
     dl.add_argument("rest", nargs=argparse.REMAINDER)
 
@@ -69,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["adapter-loader"]:
+        from kaiwo_ctrl.serving.adapterloader import main as loader_main
+
+        return loader_main(argv[1:])
     if argv[:1] == ["download"]:
         from kaiwo_ctrl.download.main import main as download_main
 
@@ -128,6 +139,15 @@ def _render(args: argparse.Namespace) -> int:
                 nodes.append(d)
     config = yaml.safe_load(args.config.read_text()) if args.config else None
     out = render(docs, nodes=nodes, config=config)
+    if any(isinstance(d, dict) and d.get("kind") == "Model" for d in docs):
+        from kaiwo_ctrl.serving.config import ConfigError, load_config
+        from kaiwo_ctrl.serving.render import RenderError, render as render_models
+
+        try:
+            out += render_models(docs, load_config(args.model_config))
+        except (ConfigError, RenderError) as e:
+            print(str(e), file=sys.stderr)
+            return 2
     yaml.safe_dump_all(out, sys.stdout, sort_keys=False)
     return 0
 
@@ -150,7 +170,14 @@ async def _run_async(args: argparse.Namespace) -> int:
     from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, LeadershipLost, Manager
     from kaiwo_ctrl.runtime.tracing import setup_tracing
 
+    from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
+
     log = logging.getLogger("kaiwo_ctrl")
+    try:
+        model_config = ConfigSource(args.model_config)  # an invalid file stops start-up, naming the key
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     le = None
     if args.leader_elect:
@@ -163,7 +190,7 @@ async def _run_async(args: argparse.Namespace) -> int:
         leader_election=le,
     )
     tracer = setup_tracing(args.tracing)
-    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo)
+    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -17,7 +17,9 @@ from kaiwo_ctrl.settings import ensure_config
 log = logging.getLogger("kaiwo_ctrl.operator")
 
 
-async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False) -> None:
+async def build_operator(
+    mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False, model_config: Any = None
+) -> None:
     if demo:
         from kaiwo_ctrl.demo import add_demo_controller
 
@@ -32,3 +34,9 @@ async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None,
     from kaiwo_ctrl.monitoring import setup as monitoring_setup
 
     monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up
+    from kaiwo_ctrl.serving import controller as serving
+    from kaiwo_ctrl.serving.config import ConfigSource
+
+    # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
+    source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)
+    serving.setup(mgr, source)

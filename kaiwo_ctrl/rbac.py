@@ -72,25 +72,35 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
     Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync)"),
-    Rule("", "pods", ("list", "watch"), "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation)"),
+    Rule(
+        "",
+        "pods",
+        ("list", "watch", "create", "patch", "delete"),
+        "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
+        "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
+        "serving/adapters.py: adapter.kubeai.org/<name> labels (patch)",
+    ),
     Rule(
         "",
         "configmaps",
-        ("list", "watch", "create", "update"),
-        "workloads/controller.py: the download ConfigMap (informer, create, update of a drifted child)",
+        ("get", "list", "watch", "create", "update", "delete"),
+        "workloads/controller.py: the download ConfigMap (informer, create, update of a drifted child); "
+        "serving/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, delete when files are removed)",
     ),
     Rule(
         "",
         "persistentvolumeclaims",
-        ("list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: data/HF PVCs (informer, create, update, deleted on early termination)",
+        ("list", "watch", "create", "update", "patch", "delete"),
+        "workloads/controller.py: data/HF PVCs (informer, create, update, deleted on early termination); "
+        "serving/cache.py: shared model cache PVC (create, patch of its per-Model annotation)",
     ),
     # --- workload children --------------------------------------------------
     Rule(
         "batch",
         "jobs",
         ("list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination)",
+        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination); "
+        "serving/cache.py: cache loader and evict Jobs",
     ),
     Rule(
         "apps",
@@ -165,6 +175,16 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
+    # --- KubeAI Models (serving/) --------------------------------------------
+    Rule("kubeai.org", "models", ("list", "watch", "patch"), "serving/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch)"),
+    Rule("kubeai.org", "models/status", ("patch",), "serving/controller.py: replicas, cache and conditions"),
+    Rule(
+        "kubeai.org",
+        "models/finalizers",
+        ("update",),
+        "serving/: server Pods, files ConfigMaps and cache Jobs carry a controller owner reference (blockOwnerDeletion) to their Model",
+        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/serving/pods.py", "LABEL_MODEL")),
+    ),
 )
 
 #: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),

@@ -8,7 +8,7 @@ from pydantic import field_validator, model_validator
 
 from api.base import ApiModel
 from api.fields import field
-from api.meta import KubeObject, embedded_object
+from api.meta import Condition, KubeObject, embedded_object
 
 GROUP = "kubeai.org"
 VERSION = "v1"
@@ -216,6 +216,9 @@ class ModelStatus(ApiModel):
 
     replicas: ModelStatusReplicas | None = field(None, description="Pod counts.")
     cache: ModelStatusCache | None = field(None, description="Cache state (only with a cacheProfile).")
+    conditions: list[Condition] | None = field(
+        None, description="Ready, ConfigValid (names the bad field) and CacheLoaded (with a cacheProfile)."
+    )
 
 
 class Model(KubeObject):

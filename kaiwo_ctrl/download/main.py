@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["model"]:  # kaiwo-ctrl download model <url> <dir>: a Model's cache/adapter loader
+        from .model import main as model_main
+
+        return model_main(argv[1:])
     parser = build_parser()
     log = EventLog(level="INFO")
     try:

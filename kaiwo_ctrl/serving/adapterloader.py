@@ -1,0 +1,88 @@
+"""``kaiwo-ctrl adapter-loader --dir /adapters --port 8001``: the adapter sidecar.
+
+An HTTP server inside a vLLM server Pod, called by the controller:
+
+* ``GET /healthz`` -> 200 (the sidecar's readiness probe);
+* ``POST /load {"name", "url"}`` downloads the adapter into ``<dir>/<name>``
+  (into a temporary directory first, then renamed into place, replacing an
+  older copy) with the same downloader as the cache loader;
+* ``POST /unload {"name"}`` removes ``<dir>/<name>``.
+
+Names must match ``^[a-z0-9-]+$`` (the Model's own rule), so nothing is
+written outside ``<dir>``. One download runs at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from kaiwo_ctrl.download.model import download_model
+
+NAME = re.compile(r"^[a-z0-9-]{1,63}$")
+URL_SCHEMES = ("hf://", "s3://", "gs://", "oss://")
+
+
+def make_app(root: Path, fetch: Callable[[str, Path], int] = download_model) -> web.Application:
+    lock = asyncio.Lock()
+    root.mkdir(parents=True, exist_ok=True)
+
+    async def _body(request: web.Request) -> dict:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise web.HTTPBadRequest(text="body must be JSON") from None
+        name = body.get("name") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not NAME.match(name):
+            raise web.HTTPBadRequest(text="name must match ^[a-z0-9-]+$")
+        return body
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def load(request: web.Request) -> web.Response:
+        body = await _body(request)
+        url = body.get("url")
+        if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
+            raise web.HTTPBadRequest(text="url must start with hf://, s3://, gs:// or oss://")
+        async with lock:
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=".load-"))
+            try:
+                files = await asyncio.to_thread(fetch, url, tmp)
+                dest = root / body["name"]
+                if dest.exists():
+                    shutil.rmtree(dest)
+                tmp.rename(dest)
+            except Exception as e:  # noqa: BLE001 - reported to the controller, which retries
+                shutil.rmtree(tmp, ignore_errors=True)
+                return web.json_response({"error": f"{type(e).__name__}: {str(e)[:300]}"}, status=502)
+        return web.json_response({"name": body["name"], "files": files})
+
+    async def unload(request: web.Request) -> web.Response:
+        body = await _body(request)
+        async with lock:
+            await asyncio.to_thread(shutil.rmtree, root / body["name"], True)
+        return web.json_response({"name": body["name"]})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/load", load)
+    app.router.add_post("/unload", unload)
+    return app
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="kaiwo-ctrl adapter-loader", description=__doc__.splitlines()[0])
+    p.add_argument("--dir", type=Path, default=Path("/adapters"))
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--host", default="0.0.0.0")
+    args = p.parse_args(argv)
+    web.run_app(make_app(args.dir), host=args.host, port=args.port, print=None)
+    return 0

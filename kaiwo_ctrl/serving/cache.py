@@ -1,0 +1,201 @@
+"""Cache profiles: model weights downloaded once into a shared PVC.
+
+One PVC ``shared-model-cache-<profile>`` per cache profile, shared by every
+Model in the namespace that uses it, never owned and never deleted. A Model's
+files live in ``models/<name>-<uid>`` on it; the PVC annotation
+``models.kubeai.org/<name>`` records ``{"uid", "timestamp"}`` once the loader
+Job ``load-cache-<name>`` (``kaiwo-ctrl download model``) has completed. No
+server Pod exists before that. The Model carries finalizer
+``kubeai.org/cache-eviction``: on deletion its Pods are deleted, Job
+``evict-cache-<name>`` removes the directory, the annotation is dropped and
+the finalizer released.
+
+Unlike KubeAI, the Pods are created on the same pass that records the
+annotation and ``status.cache.loaded`` turns true on that pass too.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.runtime.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
+
+from .config import SystemConfig
+from .pods import cache_dir, credentials, user_env
+from .urls import parse_url
+
+if TYPE_CHECKING:
+    from .controller import ModelReconciler
+
+PVC_PREFIX = "shared-model-cache-"
+PVC_ANNOTATION_PREFIX = "models.kubeai.org/"
+FINALIZER = "kubeai.org/cache-eviction"
+
+
+def pvc_name(profile: str) -> str:
+    return PVC_PREFIX + profile
+
+
+def loader_job_name(name: str) -> str:
+    return f"load-cache-{name}"
+
+
+def evict_job_name(name: str) -> str:
+    return f"evict-cache-{name}"
+
+
+def desired_pvc(namespace: str, profile_name: str, profile: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}}
+    if profile.get("storageClassName"):
+        spec["storageClassName"] = profile["storageClassName"]
+    if profile.get("persistentVolumeName"):
+        spec["volumeName"] = profile["persistentVolumeName"]
+        spec.setdefault("storageClassName", "")  # a named PV: no dynamic provisioning
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc_name(profile_name), "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def _job(model: dict[str, Any], name: str, container: dict[str, Any], mount: dict[str, Any], profile: str) -> dict:
+    meta = model["metadata"]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": meta.get("namespace"), "labels": {"app": "model", "model": meta["name"]}},
+        "spec": {
+            "ttlSecondsAfterFinished": 60,
+            "template": {
+                "metadata": {"labels": {"model": meta["name"]}},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "containers": [{**container, "volumeMounts": [*container.get("volumeMounts", []), mount]}],
+                    "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": pvc_name(profile)}},
+                                *container.pop("_volumes", [])],
+                },
+            },
+        },
+    }
+    set_controller_reference(job, model, owner_namespaced=True)
+    return job
+
+
+def loader_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
+    meta, spec = model["metadata"], model.get("spec") or {}
+    directory = cache_dir(meta["name"], meta.get("uid", ""))
+    env, vols, mounts = credentials(parse_url(spec.get("url", "")).scheme, config.secret_names)
+    container = {
+        "name": "loader",
+        "image": config.loader_image,
+        "command": ["kaiwo-ctrl", "download", "model"],
+        "args": [spec.get("url", ""), directory],
+        "env": user_env(spec) + env,
+        "volumeMounts": mounts,
+        "_volumes": vols,
+    }
+    if spec.get("envFrom"):
+        container["envFrom"] = spec["envFrom"]
+    mount = {"name": "model", "mountPath": directory, "subPath": directory.lstrip("/")}
+    return _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"])
+
+
+def evict_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
+    meta = model["metadata"]
+    directory = cache_dir(meta["name"], meta.get("uid", ""))
+    container = {"name": "evictor", "image": config.loader_image, "command": ["rm", "-rf", directory]}
+    mount = {"name": "model", "mountPath": "/models", "subPath": "models"}
+    return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"])
+
+
+def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in (job or {}).get("status", {}).get("conditions") or ())
+
+
+def job_complete(job: dict[str, Any] | None) -> bool:
+    return _job_condition(job, "Complete")
+
+
+def record(uid: str) -> str:
+    return json.dumps({"uid": uid, "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+
+class CacheManager:
+    def __init__(self, rec: "ModelReconciler") -> None:
+        self.rec = rec
+
+    async def _ensure_finalizer(self, model: dict[str, Any]) -> None:
+        meta = model["metadata"]
+        fins = list(meta.get("finalizers") or [])
+        if FINALIZER in fins:
+            return
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": [*fins, FINALIZER]}}
+        out = await self.rec.client.patch(MODELS, meta["name"], patch, meta.get("namespace"))
+        meta["resourceVersion"] = out["metadata"]["resourceVersion"]
+        meta["finalizers"] = out["metadata"].get("finalizers")
+
+    async def ensure_loaded(self, model: dict[str, Any], config: SystemConfig) -> bool:
+        """Drive the loader; True once the cache holds this Model's files."""
+        meta, spec = model["metadata"], model["spec"]
+        ns, name, uid = meta.get("namespace"), meta["name"], meta.get("uid")
+        profile = spec["cacheProfile"]
+        pvc = self.rec.pvcs.get(pvc_name(profile), ns)
+        if pvc is None:
+            pvc = await self.rec.client.create(PVCS, desired_pvc(ns, profile, config.cache_profiles[profile]))
+        await self._ensure_finalizer(model)
+        annotation = (pvc["metadata"].get("annotations") or {}).get(PVC_ANNOTATION_PREFIX + name)
+        loaded = False
+        try:
+            loaded = bool(annotation) and json.loads(annotation).get("uid") == uid
+        except ValueError:
+            loaded = False
+        job = self.rec.jobs.get(loader_job_name(name), ns)
+        if not loaded:
+            if job is None:
+                await self.rec.client.create(JOBS, loader_job(model, config))
+                self.rec.events.normal(model, "CacheLoading", f"started Job {loader_job_name(name)} to load the cache")
+                return False
+            if _job_condition(job, "Failed"):
+                self.rec.events.warning(model, "CacheLoadFailed", f"Job {loader_job_name(name)} failed; see its Pod's log")
+            if not job_complete(job):
+                return False
+            patch = {"metadata": {"annotations": {PVC_ANNOTATION_PREFIX + name: record(uid)}}}
+            await self.rec.client.patch(PVCS, pvc_name(profile), patch, ns)
+            self.rec.events.normal(model, "CacheLoaded", f"model files cached in PVC {pvc_name(profile)}")
+        if job is not None and not job["metadata"].get("deletionTimestamp"):
+            await self.rec.client.delete(JOBS, loader_job_name(name), ns, propagation="Foreground")
+        return True
+
+    async def finalize(self, model: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        meta = model["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
+        for p in pods:
+            if not p["metadata"].get("deletionTimestamp"):
+                await self.rec.client.delete(PODS, p["metadata"]["name"], ns)
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return None
+        profile = (model.get("spec") or {}).get("cacheProfile")
+        pvc = self.rec.pvcs.get(pvc_name(profile), ns) if profile else None
+        if pvc is not None and not pvc["metadata"].get("deletionTimestamp") and profile in self.rec.source.current.cache_profiles:
+            job = self.rec.jobs.get(evict_job_name(name), ns)
+            if job is None:
+                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current))
+                return None
+            if not job_complete(job):
+                return None
+            key = PVC_ANNOTATION_PREFIX + name
+            if key in (pvc["metadata"].get("annotations") or {}):
+                await self.rec.client.patch(PVCS, pvc_name(profile), {"metadata": {"annotations": {key: None}}}, ns)
+        for job_name in (loader_job_name(name), evict_job_name(name)):
+            job = self.rec.jobs.get(job_name, ns)
+            if job is not None and not job["metadata"].get("deletionTimestamp"):
+                await self.rec.client.delete(JOBS, job_name, ns, propagation="Background")
+        fins = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": fins or None}}
+        await self.rec.client.patch(MODELS, name, patch, ns)
+        return None

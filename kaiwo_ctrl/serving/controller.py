@@ -1,0 +1,335 @@
+"""The Model controller: bare server Pods per Model, in every namespace.
+
+One reconcile per Model reads the caches and, in order:
+
+1. keeps the ``features.kubeai.org/<Feature>`` labels and, unless
+   ``autoscalingDisabled``, the replica bounds on the Model (one patch);
+2. builds the desired Pod; a bad field (profile, cache profile, JSON patch)
+   ends in ``ConfigValid=False`` naming it, a Warning event and no Pod
+   changes; other Models are unaffected and the Model is retried when the
+   system config changes;
+3. syncs the files ConfigMap;
+4. runs the cache state machine when a cache profile is set (:mod:`.cache`);
+5. executes the rollout plan (:mod:`.rollout`);
+6. writes ``status`` only when it differs.
+
+Caches lag behind our own writes: Pods we created or deleted are remembered
+(:class:`PodExpectations`) and the plan waits until the cache shows them, so
+a reconcile that runs before the watch events arrive never creates twice.
+The status we last wrote is used instead of a cached status older than it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.runtime.client import ApiError
+from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.informer import strip_managed_fields
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PVCS
+
+from . import cache as cachelib
+from .adapters import SYNC_ERRORS, AdapterSync
+from .config import ConfigSource
+from .files import configmap_name, desired_configmap
+from .pods import LABEL_APP, LABEL_MODEL, build_pod
+from .rollout import plan
+from .status import desired_status
+
+log = logging.getLogger("kaiwo_ctrl.serving.controller")
+
+FEATURE_PREFIX = "features.kubeai.org/"
+IDX_MODEL = "model"
+SELECTOR = f"{LABEL_APP}=model"
+
+
+def trim_pod(obj: dict) -> dict:
+    """Keep what the controller and the endpoint readers need of a server Pod."""
+    strip_managed_fields(obj)
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": obj.get("metadata") or {},
+        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+        "status": {
+            k: status[k] for k in ("phase", "conditions", "podIP", "containerStatuses", "reason") if k in status
+        },
+    }
+
+
+def _index_model(obj: dict) -> list[str]:
+    meta = obj.get("metadata") or {}
+    m = (meta.get("labels") or {}).get(LABEL_MODEL)
+    return [f"{meta.get('namespace')}/{m}"] if m else []
+
+
+#: Seconds before a Pod the API server refused is tried again (what it needs may appear).
+REJECTED_RETRY = 30.0
+
+
+class PodRejected(Exception):
+    """The API server refused a server Pod (the message names the field)."""
+
+
+class PodExpectations:
+    """Pods we created or deleted that the cache does not show yet (per Model)."""
+
+    def __init__(self, ttl: float = 30.0) -> None:
+        self.ttl = ttl
+        self._m: dict[str, tuple[set[str], set[str], float]] = {}
+
+    def expect(self, key: str, created: Iterable[str], deleted: Iterable[str]) -> None:
+        c, d, _ = self._m.get(key, (set(), set(), 0.0))
+        self._m[key] = (c | set(created), d | set(deleted), time.monotonic())
+
+    def satisfied(self, key: str, pods: list[dict]) -> bool:
+        entry = self._m.get(key)
+        if entry is None:
+            return True
+        created, deleted, at = entry
+        seen = {p["metadata"]["name"]: p for p in pods}
+        pending_c = {n for n in created if n not in seen}
+        pending_d = {n for n in deleted if n in seen and not seen[n]["metadata"].get("deletionTimestamp")}
+        if (not pending_c and not pending_d) or time.monotonic() - at > self.ttl:
+            del self._m[key]
+            return True
+        self._m[key] = (pending_c, pending_d, at)
+        return False
+
+    def forget(self, key: str) -> None:
+        self._m.pop(key, None)
+
+
+def feature_labels(model: dict) -> dict[str, str | None]:
+    """The label patch (``None`` removes) that makes feature labels match ``spec.features``."""
+    labels = model["metadata"].get("labels") or {}
+    want = {f"{FEATURE_PREFIX}{f}" for f in (model.get("spec") or {}).get("features") or []}
+    patch: dict[str, str | None] = {k: "true" for k in want if labels.get(k) != "true"}
+    patch.update({k: None for k in labels if k.startswith(FEATURE_PREFIX) and k not in want})
+    return patch
+
+
+def bounded_replicas(spec: dict) -> int | None:
+    """The replicas to write when autoscaling owns them and they are out of bounds."""
+    if spec.get("autoscalingDisabled"):
+        return None
+    cur, lo, hi = spec.get("replicas"), spec.get("minReplicas") or 0, spec.get("maxReplicas")
+    if cur is None or cur < lo:
+        return lo if cur != lo else None
+    if hi is not None and cur > hi:
+        return hi
+    return None
+
+
+class ModelReconciler:
+    def __init__(self, mgr: Manager, source: ConfigSource) -> None:
+        self.mgr = mgr
+        self.client = mgr.client
+        self.source = source
+        self.events = mgr.recorder.for_component("kaiwo-ctrl-models")
+        self.models = mgr.cache.informer(MODELS)
+        self.pods = mgr.cache.informer(PODS, label_selector=SELECTOR, transform=trim_pod, indexers={IDX_MODEL: _index_model})
+        self.configmaps = mgr.cache.informer(CONFIGMAPS, label_selector=SELECTOR)
+        self.jobs = mgr.cache.informer(JOBS)
+        self.pvcs = mgr.cache.informer(PVCS)
+        self.expectations = PodExpectations()
+        self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
+        self.cache = cachelib.CacheManager(self)
+        self.adapters = AdapterSync(self.client)
+
+    # ------------------------------------------------------------ wiring
+    def setup(self, workers: int = 4) -> None:
+        c = self.mgr.new_controller("model", self.reconcile, workers=workers)
+        c.for_(self.models)
+        c.watches(self.pods, self._map_labelled)
+        c.owns(self.configmaps, "kubeai.org", "Model")
+        c.owns(self.jobs, "kubeai.org", "Model")
+        c.watches(self.pvcs, self._map_pvc)
+        self.controller = c
+        self.source.listeners.append(lambda _cfg: self.enqueue_all())
+        self.mgr.add_leader_runnable("model-config-watch", self.source.watch)
+        self.mgr.add_leader_runnable("model-adapter-session", self._hold_adapter_session)
+
+    async def _hold_adapter_session(self) -> None:
+        """Closes the adapter HTTP session when the manager stops."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.adapters.close()
+
+    def enqueue_all(self) -> None:
+        for m in self.models.list():
+            self.controller.enqueue(Request(m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+
+    @staticmethod
+    def _map_labelled(obj: dict) -> list[Request]:
+        meta = obj.get("metadata") or {}
+        m = (meta.get("labels") or {}).get(LABEL_MODEL)
+        return [Request(meta.get("namespace", ""), m)] if m else []
+
+    def _map_pvc(self, obj: dict) -> list[Request]:
+        meta = obj.get("metadata") or {}
+        if not meta.get("name", "").startswith(cachelib.PVC_PREFIX):
+            return []
+        ns = meta.get("namespace", "")
+        prefix = cachelib.PVC_ANNOTATION_PREFIX
+        return [Request(ns, k[len(prefix):]) for k in meta.get("annotations") or {} if k.startswith(prefix)]
+
+    def model_pods(self, ns: str, name: str) -> list[dict]:
+        return self.pods.by_index(IDX_MODEL, f"{ns}/{name}")
+
+    # --------------------------------------------------------- reconcile
+    async def reconcile(self, req: Request) -> Result | None:
+        model = self.models.get(req.name, req.namespace)
+        key = req.key
+        if model is None:
+            self.expectations.forget(key)
+            self._written.pop(key, None)
+            return None
+        model = self._with_written_status(key, model)
+        if model["metadata"].get("deletionTimestamp"):
+            return await self.cache.finalize(model, self.model_pods(req.namespace, req.name))
+        model = await self._sync_model_object(model)
+        config = self.source.current
+        try:
+            desired = build_pod(model, config)
+        except FieldError as e:
+            self.events.warning(model, "InvalidConfig", str(e))
+            await self._write_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
+            return None
+        await self._sync_files(model)
+        cache_loaded: bool | None = None
+        if (model.get("spec") or {}).get("cacheProfile"):
+            cache_loaded = await self.cache.ensure_loaded(model, config)
+            if not cache_loaded:
+                await self._write_status(key, model, desired_status(model, pods=None, config_error=None, cache_loaded=False))
+                return None
+        pods = self.model_pods(req.namespace, req.name)
+        if self.expectations.satisfied(key, pods):
+            try:
+                pods = await self._execute(key, model, pods, desired, config.surge)
+            except PodRejected as e:
+                status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
+                await self._write_status(key, model, status)
+                return Result(requeue_after=REJECTED_RETRY)
+        await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded))
+        try:
+            await self.adapters.sync(model, pods)
+        except SYNC_ERRORS as e:
+            self.events.warning(model, "AdapterSyncFailed", str(e)[:1024])
+            log.warning("adapter sync failed", extra={"model": req.name, "error": str(e)[:300]})
+            return Result(requeue=True)
+        return None
+
+    def _with_written_status(self, key: str, model: dict) -> dict:
+        written = self._written.get(key)
+        if written and written[0] == model["metadata"].get("resourceVersion"):
+            model = {**model, "status": written[1]}
+        return model
+
+    async def _sync_model_object(self, model: dict) -> dict:
+        """Feature labels and replica bounds, in one patch guarded by resourceVersion."""
+        meta, spec = model["metadata"], model.get("spec") or {}
+        labels = feature_labels(model)
+        replicas = bounded_replicas(spec)
+        if not labels and replicas is None:
+            return model
+        patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}}
+        if labels:
+            patch["metadata"]["labels"] = labels
+        if replicas is not None:
+            patch["spec"] = {"replicas": replicas}
+        out = await self.client.patch(MODELS, meta["name"], patch, meta.get("namespace"))
+        return strip_managed_fields(out)
+
+    async def _sync_files(self, model: dict) -> None:
+        meta = model["metadata"]
+        ns, name = meta.get("namespace"), configmap_name(meta["name"])
+        want = desired_configmap(model)
+        have = self.configmaps.get(name, ns)
+        if want is None:
+            if have is not None:
+                await self.client.delete(CONFIGMAPS, name, ns, uid=have["metadata"].get("uid"))
+            return
+        set_controller_reference(want, model, owner_namespaced=True)
+        if have is None:
+            try:
+                await self.client.create(CONFIGMAPS, want)
+                return
+            except ApiError as e:
+                if not e.already_exists:
+                    raise
+                have = await self.client.get(CONFIGMAPS, name, ns)  # e.g. made by KubeAI before migration
+        if (have.get("data") or {}) != want["data"] or (have["metadata"].get("labels") or {}) != want["metadata"]["labels"]:
+            body = {**have, "data": want["data"]}
+            body["metadata"] = {**have["metadata"], "labels": want["metadata"]["labels"],
+                                "ownerReferences": want["metadata"]["ownerReferences"]}
+            await self.client.replace(CONFIGMAPS, body)
+
+    async def _execute(self, key: str, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
+        replicas = (model.get("spec") or {}).get("replicas") or 0
+        p = plan(pods, desired.hash, replicas, surge)
+        if p.empty:
+            return pods
+        meta = model["metadata"]
+        deleted: list[str] = []
+        for pod in p.delete:
+            pm = pod["metadata"]
+            await self.client.delete(PODS, pm["name"], pm.get("namespace"), uid=pm.get("uid"))
+            deleted.append(pm["name"])
+        created: list[dict] = []
+        for _ in range(p.create):
+            body = {**desired.pod, "metadata": dict(desired.pod["metadata"])}
+            set_controller_reference(body, model, owner_namespaced=True)
+            try:
+                created.append(await self.client.create(PODS, body))
+            except ApiError as e:
+                self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
+                if e.invalid or e.forbidden:  # e.g. a missing PriorityClass: the message names it
+                    self.events.warning(model, "PodRejected", _api_message(e))
+                    raise PodRejected(_api_message(e)) from None
+                raise
+        self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
+        if created:
+            self.events.normal(model, "PodsCreated", f"created {len(created)} server Pod(s) with spec hash {desired.hash}")
+        if deleted:
+            self.events.normal(model, "PodsDeleted", f"deleted {len(deleted)} server Pod(s): {', '.join(deleted[:5])}")
+        log.info("model pods changed", extra={"model": meta["name"], "pods_created": len(created), "pods_deleted": deleted})
+        gone = set(deleted)
+        return [x for x in pods if x["metadata"]["name"] not in gone] + [trim_pod(c) for c in created]
+
+    async def _write_status(self, key: str, model: dict, status: dict) -> None:
+        if status == (model.get("status") or {}) or model["metadata"].get("deletionTimestamp"):
+            return
+        meta = model["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        try:
+            out = await self.client.patch_status(MODELS, meta["name"], patch, meta.get("namespace"))
+        except ApiError as e:
+            if e.not_found:
+                return
+            raise
+        # the cache still holds the version we wrote over until the watch event arrives
+        self._written[key] = (meta["resourceVersion"], out.get("status") or status)
+
+
+def _api_message(e: ApiError) -> str:
+    body = e.body if isinstance(e.body, dict) else {}
+    return str(body.get("message") or e)[:1024]
+
+
+def setup(mgr: Manager, source: ConfigSource, workers: int = 4) -> ModelReconciler:
+    rec = ModelReconciler(mgr, source)
+    rec.setup(workers=workers)
+    return rec

@@ -1,0 +1,244 @@
+"""The desired server Pod of a Model (pure; no API access).
+
+KubeAI-compatible shape: ``generateName: model-<name>-<hash>-``, labels
+``app: model``, ``model: <name>``, ``app.kubernetes.io/{name,instance,managed-by}``
+and ``pod-hash``, annotation ``model-pod-port: "8000"``, container ``server``
+with port 8000 named ``http``. ``modelServerPods.jsonPatches`` are applied to
+the whole Pod before the spec is hashed, so a patch that changes the spec
+rolls the Pods.
+
+Order matters where Kubernetes lets later duplicates win: server env is
+engine vars, then ``spec.env`` sorted by key, then the credentials of the
+URL scheme (so users can override engine vars but not credentials); volumes
+are dshm, files, adapters, cache, then the URL scheme's volume.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kaiwo_ctrl.runtime.fielderrors import FieldError
+
+from .config import SystemConfig
+from .engines import ENGINES, MODEL_DIR, PORT, EngineInput
+from .files import files_volume
+from .jsonpatch import PatchError, apply_patch
+from .profiles import resolve_image, resolve_profile
+from .urls import ModelURL, parse_url
+
+LABEL_APP = "app"
+LABEL_MODEL = "model"
+LABEL_POD_HASH = "pod-hash"
+ANNOTATION_PORT = "model-pod-port"
+ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
+ADAPTER_DIR = "/adapters"
+ADAPTER_LOADER_PORT = 8001
+GCP_DIR = "/secrets/gcp-credentials"
+
+
+@dataclass(frozen=True)
+class DesiredPod:
+    pod: dict[str, Any]
+    hash: str
+
+
+def cache_dir(name: str, uid: str) -> str:
+    return f"/models/{name}-{uid}"
+
+
+def _secret_env(name: str, secret: str | None, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret or "", "key": key, "optional": True}}}
+
+
+def credentials(scheme: str, secrets: dict[str, str]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(env, volumes, mounts) a container needs for a URL scheme. Secrets are optional refs."""
+    if scheme == "hf":
+        return [_secret_env("HF_TOKEN", secrets.get("huggingface"), "token")], [], []
+    if scheme == "s3":
+        aws = secrets.get("aws")
+        return [
+            _secret_env("AWS_ACCESS_KEY_ID", aws, "accessKeyID"),
+            _secret_env("AWS_SECRET_ACCESS_KEY", aws, "secretAccessKey"),
+        ], [], []
+    if scheme == "oss":
+        ali = secrets.get("alibaba")
+        return [
+            _secret_env("OSS_ACCESS_KEY_ID", ali, "accessKeyID"),
+            _secret_env("OSS_ACCESS_KEY_SECRET", ali, "accessKeySecret"),
+        ], [], []
+    if scheme == "gs":
+        volume = {
+            "name": "gcp-credentials",
+            "secret": {
+                "secretName": secrets.get("gcp") or "",
+                "optional": True,
+                "items": [{"key": "jsonKeyfile", "path": "credentials.json"}],
+            },
+        }
+        env = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCP_DIR}/credentials.json"}]
+        return env, [volume], [{"name": "gcp-credentials", "mountPath": GCP_DIR, "readOnly": True}]
+    return [], [], []
+
+
+def user_env(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": str(v)} for k, v in sorted((spec.get("env") or {}).items())]
+
+
+def spec_hash(pod_spec: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(pod_spec, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
+
+
+def pod_labels(name: str, engine: str) -> dict[str, str]:
+    lower = engine.lower()
+    return {
+        LABEL_APP: "model",
+        LABEL_MODEL: name,
+        "app.kubernetes.io/name": lower,
+        "app.kubernetes.io/instance": f"{lower}-{name}",
+        "app.kubernetes.io/managed-by": "kubeai",
+    }
+
+
+def _adapter_sidecar(spec: dict[str, Any], config: SystemConfig, volumes: list[dict]) -> dict[str, Any]:
+    """The ``loader`` sidecar: kaiwo-ctrl serving adapter files over HTTP on
+    port 8001 (the controller asks it to download, then tells vLLM to load).
+    It gets the credentials of every scheme; the GCP volume is shared with
+    the server instead of being declared twice, which makes KubeAI's
+    gs:// + adapters Pods invalid [quirk]."""
+    env = user_env(spec)
+    mounts = [{"name": "adapters", "mountPath": ADAPTER_DIR}]
+    for scheme in ("hf", "gs", "oss", "s3"):
+        e, vols, ms = credentials(scheme, config.secret_names)
+        env += e
+        for v in vols:
+            if all(x["name"] != v["name"] for x in volumes):
+                volumes.append(v)
+        mounts += ms
+    return {
+        "name": "loader",
+        "image": config.loader_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["kaiwo-ctrl", "adapter-loader", f"--dir={ADAPTER_DIR}", f"--port={ADAPTER_LOADER_PORT}"],
+        "ports": [{"containerPort": ADAPTER_LOADER_PORT, "name": "loader", "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "loader"}, "periodSeconds": 5},
+        "env": env,
+        "envFrom": copy.deepcopy(spec.get("envFrom") or []),
+        "volumeMounts": mounts,
+    }
+
+
+def _url_volume(url: ModelURL, mounts: list[dict], volumes: list[dict]) -> None:
+    if url.scheme == "pvc":
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": url.name}})
+        mount = {"name": "model", "mountPath": MODEL_DIR}
+        sub = url.path.lstrip("/")
+        if sub:
+            mount["subPath"] = sub
+        mounts.append(mount)
+
+
+def _storage(
+    name: str, spec: dict[str, Any], url: ModelURL, cdir: str | None, config: SystemConfig
+) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(volumes, server mounts, sidecars, credential env) in the documented order."""
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    fv, fm = files_volume(name, spec.get("files") or [])
+    volumes += fv
+    mounts += fm
+    sidecars: list[dict[str, Any]] = []
+    if spec.get("adapters") is not None and spec.get("engine") == "VLLM":
+        volumes.append({"name": "adapters", "emptyDir": {}})
+        mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
+        sidecars.append(_adapter_sidecar(spec, config, volumes))
+    if cdir:
+        claim = f"shared-model-cache-{spec['cacheProfile']}"
+        volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": "models", "mountPath": cdir, "subPath": cdir.lstrip("/"), "readOnly": True})
+    _url_volume(url, mounts, volumes)
+    cred_env, cred_vols, cred_mounts = credentials(url.scheme, config.secret_names)
+    volumes += [v for v in cred_vols if all(x["name"] != v["name"] for x in volumes)]
+    mounts += cred_mounts
+    return volumes, mounts, sidecars, cred_env
+
+
+def _pod_settings(pod_spec: dict[str, Any], spec: dict[str, Any], pod_fields: dict[str, Any], pods_cfg: dict[str, Any]) -> None:
+    pod_spec.update(copy.deepcopy(pod_fields))
+    if spec.get("priorityClassName"):
+        pod_spec["priorityClassName"] = spec["priorityClassName"]
+    if pods_cfg.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = pods_cfg["serviceAccountName"]
+    if pods_cfg.get("podSecurityContext"):
+        pod_spec["securityContext"] = copy.deepcopy(pods_cfg["podSecurityContext"])
+    if pods_cfg.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = copy.deepcopy(pods_cfg["imagePullSecrets"])
+
+
+def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -> DesiredPod:
+    """Apply the JSON patches, then hash the spec and name the Pod after it."""
+    if pods_cfg.get("jsonPatches"):
+        try:
+            pod = apply_patch(pod, pods_cfg["jsonPatches"])
+        except PatchError as e:
+            raise FieldError("modelServerPods.jsonPatches", str(e)) from None
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            raise FieldError("modelServerPods.jsonPatches", "the patched Pod has no spec")
+    h = spec_hash(pod["spec"])
+    md = pod.setdefault("metadata", {})
+    md["namespace"] = ns
+    md["generateName"] = f"model-{name}-{h}-"
+    md.setdefault("labels", {})[LABEL_POD_HASH] = h
+    return DesiredPod(pod, h)
+
+
+def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
+    """The server Pod for ``model`` (a Model dict as read from the API)."""
+    meta, spec = model["metadata"], model.get("spec") or {}
+    name, ns, uid = meta["name"], meta.get("namespace", "default"), meta.get("uid", "")
+    engine = spec.get("engine", "")
+    if engine not in ENGINES:
+        raise FieldError("spec.engine", f"unknown engine {engine!r}", engine)
+    url = parse_url(spec.get("url", ""))
+    profile = resolve_profile(spec.get("resourceProfile"), config)
+    image = resolve_image(engine, spec.get("image"), profile, config)
+    cache_profile = spec.get("cacheProfile")
+    if cache_profile and cache_profile not in config.cache_profiles:
+        known = ", ".join(sorted(config.cache_profiles)) or "none configured"
+        raise FieldError("spec.cacheProfile", f"unknown cache profile {cache_profile!r} (known: {known})", cache_profile)
+    cdir = cache_dir(name, uid) if cache_profile else None
+    parts = ENGINES[engine](
+        EngineInput(name, url, list(spec.get("args") or []), list(spec.get("features") or []), cdir, spec.get("adapters") is not None)
+    )
+    volumes, mounts, sidecars, cred_env = _storage(name, spec, url, cdir, config)
+    server: dict[str, Any] = {"name": "server", "image": image}
+    if parts.command:
+        server["command"] = parts.command
+    server["args"] = parts.args
+    server["env"] = parts.env + user_env(spec) + cred_env
+    if spec.get("envFrom"):
+        server["envFrom"] = copy.deepcopy(spec["envFrom"])
+    server["ports"] = [{"containerPort": PORT, "name": "http", "protocol": "TCP"}]
+    resources = {k: v for k, v in (("requests", profile.requests), ("limits", profile.limits)) if v}
+    if resources:
+        server["resources"] = resources
+    server.update(startupProbe=parts.startup, readinessProbe=parts.readiness, livenessProbe=parts.liveness, volumeMounts=mounts)
+    pods_cfg = config.server_pods
+    if parts.security_context and pods_cfg.get("securityContext"):
+        server["securityContext"] = copy.deepcopy(pods_cfg["securityContext"])
+    pod_spec: dict[str, Any] = {"containers": [server, *sidecars], "volumes": volumes}
+    _pod_settings(pod_spec, spec, profile.pod_fields, pods_cfg)
+    annotations = {ANNOTATION_PORT: str(PORT)}
+    if sidecars:
+        annotations["adapter-loader-port"] = str(ADAPTER_LOADER_PORT)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": ns, "labels": pod_labels(name, engine), "annotations": annotations},
+        "spec": pod_spec,
+    }
+    return _finish(pod, name, ns, pods_cfg)

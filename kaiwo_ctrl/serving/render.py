@@ -1,0 +1,72 @@
+"""``kaiwo-ctrl render model.yaml --model-config F``: the objects the Model
+controller would create, without a cluster: server Pods (as many as the
+replicas the controller would keep, at least one), the files ConfigMap, and
+with a cache profile the shared PVC and the loader Job."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from api.kubeai.v1 import Model
+from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.ownership import set_controller_reference
+
+from .cache import desired_pvc, loader_job
+from .config import SystemConfig
+from .controller import bounded_replicas
+from .files import desired_configmap
+from .pods import build_pod
+
+RENDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+class RenderError(ValueError):
+    pass
+
+
+def _normalise(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The Model as the API server would store it (defaults applied), validated."""
+    item = copy.deepcopy(dict(doc))
+    meta = item.setdefault("metadata", {})
+    meta.setdefault("uid", RENDER_UID)
+    meta.setdefault("namespace", "default")
+    try:
+        out = Model.model_validate(item).to_k8s()
+    except ValidationError as e:
+        raise RenderError(f"Model/{meta.get('name')}: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+    out["metadata"] = meta
+    return out
+
+
+def render(docs: Iterable[Mapping[str, Any]], config: SystemConfig, note: TextIO = sys.stderr) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, Mapping) or doc.get("kind") != "Model":
+            continue
+        model = _normalise(doc)
+        meta, spec = model["metadata"], model.get("spec") or {}
+        try:
+            desired = build_pod(model, config)
+        except FieldError as e:
+            raise RenderError(f"Model/{meta['name']}: {e}") from None
+        cm = desired_configmap(model)
+        if cm is not None:
+            set_controller_reference(cm, model, owner_namespaced=True)
+            out.append(cm)
+        if spec.get("cacheProfile"):
+            out.append(desired_pvc(meta["namespace"], spec["cacheProfile"], config.cache_profiles[spec["cacheProfile"]]))
+            out.append(loader_job(model, config))
+        bounded = bounded_replicas(spec)
+        replicas = bounded if bounded is not None else (spec.get("replicas") or 0)
+        if replicas == 0:
+            print(f"# Model/{meta['name']}: 0 replicas; showing the Pod it would create at 1", file=note)
+        for _ in range(max(replicas, 1)):
+            pod = copy.deepcopy(desired.pod)
+            set_controller_reference(pod, model, owner_namespaced=True)
+            out.append(pod)
+    return out

@@ -1,0 +1,79 @@
+"""The Model's status: replica counts and conditions.
+
+KubeAI writes only ``replicas`` and ``cache``. Beyond that, three conditions
+explain what the controller is doing:
+
+* ``ConfigValid``: False names the field that stops Pods being built (an
+  unknown resource profile, a missing cache profile, a failing JSON patch).
+* ``CacheLoaded``: only with a cache profile; True once the loader finished.
+* ``Ready``: True when at least ``spec.replicas`` Pods are Ready.
+
+``replicas.all`` counts live Pods (not failed, not being deleted), unlike
+KubeAI which counts failed and terminating Pods too [quirk].
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any
+
+from kaiwo_ctrl.runtime.conditions import set_condition
+
+from .rollout import is_finished, is_ready, is_terminating
+
+CONFIG_VALID = "ConfigValid"
+CACHE_LOADED = "CacheLoaded"
+READY = "Ready"
+MESSAGE_MAX = 1024
+
+
+def replica_counts(pods: list[dict[str, Any]]) -> dict[str, int]:
+    live = [p for p in pods if not is_finished(p) and not is_terminating(p)]
+    return {"all": len(live), "ready": sum(1 for p in live if is_ready(p))}
+
+
+def desired_status(
+    model: dict[str, Any],
+    *,
+    pods: list[dict[str, Any]] | None,
+    config_error: str | None,
+    cache_loaded: bool | None,
+    pod_error: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The status to write. ``pods=None`` keeps the current counts (not refreshed
+    while the cache loads, as in KubeAI)."""
+    now = now or datetime.now(timezone.utc)
+    current = model.get("status") or {}
+    status = copy.deepcopy(current)
+    gen = model["metadata"].get("generation") or 0
+    conds: list[dict[str, Any]] = status.setdefault("conditions", [])
+    if pods is not None:
+        status["replicas"] = replica_counts(pods)
+    if config_error:
+        set_condition(conds, CONFIG_VALID, "False", "InvalidField", config_error[:MESSAGE_MAX], gen, now)
+    else:
+        set_condition(conds, CONFIG_VALID, "True", "Valid", "", gen, now)
+    if cache_loaded is not None:
+        status["cache"] = {"loaded": cache_loaded}
+        set_condition(
+            conds, CACHE_LOADED, "True" if cache_loaded else "False",
+            "Loaded" if cache_loaded else "Loading",
+            "" if cache_loaded else "the loader Job is downloading the model into the cache",
+            gen, now,
+        )
+    want = (model.get("spec") or {}).get("replicas") or 0
+    ready = (status.get("replicas") or {}).get("ready") or 0
+    if config_error:
+        set_condition(conds, READY, "False", "ConfigInvalid", "no Pods can be built; see ConfigValid", gen, now)
+    elif pod_error:
+        set_condition(conds, READY, "False", "PodRejected", pod_error[:MESSAGE_MAX], gen, now)
+    elif cache_loaded is False:
+        set_condition(conds, READY, "False", "CacheLoading", "waiting for the model cache", gen, now)
+    elif ready >= want:
+        reason = "ScaledToZero" if want == 0 else "PodsReady"
+        set_condition(conds, READY, "True", reason, f"{ready}/{want} Pods ready", gen, now)
+    else:
+        set_condition(conds, READY, "False", "PodsNotReady", f"{ready}/{want} Pods ready", gen, now)
+    return status

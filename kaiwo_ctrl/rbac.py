@@ -60,6 +60,7 @@ class Rule:
 KAIWO = "kaiwo.silogen.ai"
 CONFIG = "config.kaiwo.silogen.ai"
 KUEUE = "kueue.x-k8s.io"
+KUBEAI = "kubeai.org"
 
 #: The ClusterRole of the operator (``config/rbac/role.yaml``).
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -165,6 +166,14 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
+    # --- serving: the OpenAI-compatible proxy and the autoscaler ---------------
+    Rule(KUBEAI, "models", ("list", "watch"), "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling)"),
+    Rule(
+        KUBEAI,
+        "models/scale",
+        ("patch",),
+        "serving/proxy/scale.py: scale from zero; serving/autoscale/autoscaler.py: replicas from load",
+    ),
 )
 
 #: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),
@@ -177,6 +186,12 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
     ),
     Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
+    Rule(
+        "",
+        "configmaps",
+        ("get", "create", "patch"),
+        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
+    ),
 )
 
 #: Kinds users work with: (group, plural, kind label used in file/role names).

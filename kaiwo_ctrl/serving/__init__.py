@@ -1,0 +1,1 @@
+"""Serving KubeAI Models: the Model controller, the OpenAI-compatible proxy and the autoscaler."""

@@ -167,12 +167,18 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
     # --- serving: the OpenAI-compatible proxy and the autoscaler ---------------
-    Rule(KUBEAI, "models", ("list", "watch"), "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling)"),
+    Rule(
+        KUBEAI,
+        "models",
+        ("list", "watch", "patch"),
+        "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling); "
+        "serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset (no scale subresource then)",
+    ),
     Rule(
         KUBEAI,
         "models/scale",
         ("patch",),
-        "serving/proxy/scale.py: scale from zero; serving/autoscale/autoscaler.py: replicas from load",
+        "serving/proxy/scale.py set_replicas: scale from zero (proxy) and replicas from load (autoscaler)",
     ),
 )
 

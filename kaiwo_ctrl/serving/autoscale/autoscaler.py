@@ -13,11 +13,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.resources import CONFIGMAPS
 from kaiwo_ctrl.serving.autoscale.peers import scrape_active
+from kaiwo_ctrl.serving.proxy.scale import set_replicas
 from kaiwo_ctrl.serving.autoscale.window import ModelScaling, Window, decide, target_replicas, window_size
 
 log = logging.getLogger("kaiwo_ctrl.serving.autoscale")
@@ -124,4 +124,4 @@ class Autoscaler:
             return
         log.info("autoscaling", extra={"model": f"{meta['namespace']}/{meta['name']}", "from": current, "to": replicas,
                                        "average": round(st.window.mean(), 2)})
-        await self.client.patch(MODELS, meta["name"], {"spec": {"replicas": replicas}}, meta["namespace"], subresource="scale")
+        await set_replicas(self.client, meta["namespace"], meta["name"], replicas)

@@ -91,13 +91,23 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
     task = asyncio.create_task(serve(), name="proxy") if server is not None else None
     if task is not None:
         task.add_done_callback(failed)
+
+    async def stop_proxy_first() -> None:
+        await stop.wait()
+        if task is not None:
+            task.cancel()  # stop taking requests while the manager shuts down
+
+    stopper = asyncio.create_task(stop_proxy_first())
     try:
         await mgr.run(stop)
     finally:
+        stopper.cancel()
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if not stop.is_set():
+                task.cancel()
+            # a stopped proxy drains its requests first (ProxyServer.drain_timeout)
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(task, server.drain_timeout + 5)  # type: ignore[union-attr]
 
 
 def new_event_loop_factory():

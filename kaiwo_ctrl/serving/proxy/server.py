@@ -46,8 +46,8 @@ def build_app(handler: ProxyHandler) -> web.Application:
 
 
 class ProxyServer:
-    def __init__(self, handler: ProxyHandler, bind: tuple[str, int]) -> None:
-        self.handler, self.bind = handler, bind
+    def __init__(self, handler: ProxyHandler, bind: tuple[str, int], drain_timeout: float = 10.0) -> None:
+        self.handler, self.bind, self.drain_timeout = handler, bind, drain_timeout
         self.port: int | None = None
         self.started = asyncio.Event()
 
@@ -58,7 +58,9 @@ class ProxyServer:
         runner = web.AppRunner(build_app(self.handler), access_log=None, handler_cancellation=True)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.bind[0], self.bind[1], reuse_address=True, backlog=4096)
+            # on shutdown, requests in flight get drain_timeout to finish, then are cut
+            site = web.TCPSite(runner, self.bind[0], self.bind[1], reuse_address=True, backlog=4096,
+                               shutdown_timeout=self.drain_timeout)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})

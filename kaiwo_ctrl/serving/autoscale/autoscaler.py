@@ -39,6 +39,7 @@ class Autoscaler:
         self.size = window_size(config.time_window, config.interval)
         self.state: dict[str, ModelScaling] = {}
         self.ticks = 0
+        self._last_warning = -1e9
 
     # ------------------------------------------------------------- state
     async def load(self) -> None:
@@ -61,7 +62,8 @@ class Autoscaler:
                 continue
             samples = entry.get("window")
             w = Window(self.size, float(entry.get("averageActiveRequests") or 0.0), samples if isinstance(samples, list) else None)
-            self.state[key] = ModelScaling(w, int(entry.get("scaleDownTicks") or 0), list(w.samples))
+            if key not in self.state:  # windows built before the state could be read stay
+                self.state[key] = ModelScaling(w, int(entry.get("scaleDownTicks") or 0), list(w.samples))
 
     async def save(self) -> None:
         changed = any(list(s.window.samples) != s.saved for s in self.state.values())
@@ -80,16 +82,38 @@ class Autoscaler:
 
     # -------------------------------------------------------------- loop
     async def run(self) -> None:
-        await self.load()
+        """Tick until cancelled; API and scrape failures are logged and retried, never fatal.
+
+        Until the state ConfigMap can be read (e.g. its namespace does not exist
+        yet) the autoscaler still scales, from in-memory windows, and saves nothing.
+        """
+        loaded = False
         async with aiohttp.ClientSession() as session:
             while True:
                 await asyncio.sleep(self.config.interval)
                 try:
-                    await self.tick(session)
-                except ApiError as e:
-                    log.warning("autoscaler tick failed", extra={"error": str(e)[:300]})
+                    if not loaded:
+                        await self.load()
+                        loaded = True
+                    await self.tick(session, save=True)
+                except Exception as e:  # noqa: BLE001 - the autoscaler must outlive any one failure
+                    self._warn("autoscaler state not readable or writable; retrying" if not loaded else "autoscaler tick failed", e)
+                    if not loaded:
+                        await self._tick_quietly(session)
 
-    async def tick(self, session: aiohttp.ClientSession) -> None:
+    async def _tick_quietly(self, session: aiohttp.ClientSession) -> None:
+        try:
+            await self.tick(session, save=False)
+        except Exception as e:  # noqa: BLE001
+            self._warn("autoscaler tick failed", e)
+
+    def _warn(self, msg: str, e: Exception) -> None:
+        now = asyncio.get_running_loop().time()
+        if now - self._last_warning > 60:  # bounded: one warning a minute
+            self._last_warning = now
+            log.warning(msg, extra={"error": str(e)[:300], "configmap": f"{self.config.namespace}/{self.config.state_configmap}"})
+
+    async def tick(self, session: aiohttp.ClientSession, save: bool = True) -> None:
         peers = self.peers()
         if not peers:
             return
@@ -112,7 +136,8 @@ class Autoscaler:
             await self._scale(meta, spec, st)
         for gone in set(self.state) - seen:
             del self.state[gone]
-        await self.save()
+        if save:
+            await self.save()
 
     async def _scale(self, meta: Mapping[str, Any], spec: Mapping[str, Any], st: ModelScaling) -> None:
         current = int(spec.get("replicas") or 0)

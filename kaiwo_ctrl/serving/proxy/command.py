@@ -72,7 +72,8 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool) -
             state_configmap=args.autoscaler_state_configmap, namespace=operator_namespace(getattr(args, "leader_election_namespace", None)),
         )
         peers = [p.strip() for p in args.autoscaler_peers.split(",") if p.strip()]
-        setup_autoscaler(mgr, cfg, peers=peers, peer_selector=args.autoscaler_peer_selector, peer_port=args.autoscaler_peer_metrics_port)
+        setup_autoscaler(mgr, cfg, peers=peers, peer_selector=args.autoscaler_peer_selector, peer_port=args.autoscaler_peer_metrics_port,
+                         self_proxy=server is not None)
     return server
 
 

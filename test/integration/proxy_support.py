@@ -53,6 +53,7 @@ class FakeOpenAI:
         self.sse_chunks = 3
         self.sse_delay = 0.0
         self.disconnects = 0
+        self.break_stream = False
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -95,6 +96,9 @@ class FakeOpenAI:
             await resp.prepare(request)
             for i in range(self.sse_chunks):
                 await resp.write(b"data: " + orjson.dumps({"i": i, "server": self.name}) + b"\n\n")
+                if self.break_stream:
+                    request.transport.abort()
+                    return resp
                 if self.sse_delay:
                     await asyncio.sleep(self.sse_delay)
             await resp.write(b"data: [DONE]\n\n")

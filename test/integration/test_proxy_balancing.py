@@ -79,6 +79,20 @@ async def test_sse_is_passed_through_chunk_by_chunk(proxy, admin, namespace, bac
     assert sum(g >= 0.3 for g in gaps) >= 3, gaps
 
 
+async def test_a_stream_broken_off_upstream_is_broken_off_for_the_client(proxy, admin, namespace, backends):
+    create_model(admin, namespace, "brk", autoscalingDisabled=True)
+    b = await backends("brk")
+    b.break_stream = True
+    server_pod(admin, namespace, "brk", b)
+    await proxy.wait_endpoints(namespace, "brk", 1)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with proxy.http.post(proxy.url + "/openai/v1/chat/completions", json={"model": "brk", "stream": True}) as r:
+            assert r.status == 200
+            await r.read()
+    ep = proxy.server.handler.tracker.groups[(namespace, "brk")].endpoints
+    await eventually(lambda: all(e.in_flight == 0 for e in ep.values()), what="in-flight slot released")
+
+
 async def test_retries_on_503_with_a_new_choice_then_passes_the_last_answer(proxy, admin, namespace, backends):
     create_model(admin, namespace, "rt", autoscalingDisabled=True)
     a, b = await backends("rt-a"), await backends("rt-b")

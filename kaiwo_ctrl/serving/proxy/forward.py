@@ -109,7 +109,13 @@ async def relay(request: web.Request, up: aiohttp.ClientResponse) -> web.StreamR
         return web.Response(status=up.status, reason=up.reason, headers=headers, body=await up.read())
     out = web.StreamResponse(status=up.status, reason=up.reason, headers=headers)
     await out.prepare(request)
-    async for chunk in up.content.iter_any():
-        await out.write(chunk)
+    try:
+        async for chunk in up.content.iter_any():
+            await out.write(chunk)
+    except (aiohttp.ClientError, OSError):
+        # the server broke off mid-stream: break the client's stream off too (no clean end)
+        if request.transport is not None:
+            request.transport.abort()
+        return out
     await out.write_eof()
     return out

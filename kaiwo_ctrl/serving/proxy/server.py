@@ -55,12 +55,12 @@ class ProxyServer:
         await self.handler.start()
         # handler_cancellation: a client that disconnects cancels its handler,
         # which cancels the upstream request and frees the endpoint slot.
-        runner = web.AppRunner(build_app(self.handler), access_log=None, handler_cancellation=True)
+        # on shutdown, requests in flight get drain_timeout to finish, then are cut
+        runner = web.AppRunner(build_app(self.handler), access_log=None, handler_cancellation=True,
+                               shutdown_timeout=self.drain_timeout)
         await runner.setup()
         try:
-            # on shutdown, requests in flight get drain_timeout to finish, then are cut
-            site = web.TCPSite(runner, self.bind[0], self.bind[1], reuse_address=True, backlog=4096,
-                               shutdown_timeout=self.drain_timeout)
+            site = web.TCPSite(runner, self.bind[0], self.bind[1], reuse_address=True, backlog=4096)
             await site.start()
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})

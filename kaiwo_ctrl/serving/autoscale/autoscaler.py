@@ -40,18 +40,14 @@ class Autoscaler:
         self.state: dict[str, ModelScaling] = {}
         self.ticks = 0
         self._last_warning = -1e9
+        self._cm_exists = False
 
     # ------------------------------------------------------------- state
     async def load(self) -> None:
         cm = await self.client.get_or_none(CONFIGMAPS, self.config.state_configmap, self.config.namespace)
+        self._cm_exists = cm is not None
         if cm is None:
-            body = {"metadata": {"name": self.config.state_configmap, "namespace": self.config.namespace}, "data": {}}
-            try:
-                await self.client.create(CONFIGMAPS, body, self.config.namespace)
-            except ApiError as e:
-                if not e.already_exists:
-                    raise
-            return
+            return  # created by the first save: an idle operator writes nothing
         try:
             saved = orjson.loads((cm.get("data") or {}).get(STATE_KEY) or "{}").get("models") or {}
         except (orjson.JSONDecodeError, AttributeError):
@@ -75,8 +71,19 @@ class Autoscaler:
             for k, s in sorted(self.state.items())
         }
         doc = {"models": models, "lastCalculationTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        patch = {"data": {STATE_KEY: orjson.dumps(doc).decode()}}
-        await self.client.patch(CONFIGMAPS, self.config.state_configmap, patch, self.config.namespace)
+        data = {STATE_KEY: orjson.dumps(doc).decode()}
+        if not self._cm_exists:
+            body = {"metadata": {"name": self.config.state_configmap, "namespace": self.config.namespace}, "data": data}
+            try:
+                await self.client.create(CONFIGMAPS, body, self.config.namespace)
+                self._cm_exists = True
+            except ApiError as e:
+                if not e.already_exists:
+                    raise
+                self._cm_exists = True
+                await self.client.patch(CONFIGMAPS, self.config.state_configmap, {"data": data}, self.config.namespace)
+        else:
+            await self.client.patch(CONFIGMAPS, self.config.state_configmap, {"data": data}, self.config.namespace)
         for s in self.state.values():
             s.saved = list(s.window.samples)
 
@@ -131,7 +138,8 @@ class Autoscaler:
                 continue
             st = self.state.get(key)
             if st is None:
-                st = self.state[key] = ModelScaling(Window(self.size))
+                w = Window(self.size)
+                st = self.state[key] = ModelScaling(w, saved=list(w.samples))  # all zeros: nothing to save yet
             st.window.push(active.get(key, 0.0))
             await self._scale(meta, spec, st)
         for gone in set(self.state) - seen:

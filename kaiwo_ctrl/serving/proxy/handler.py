@@ -36,6 +36,7 @@ from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
+CONNECT_TIMEOUT = 5.0
 JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings"})
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
 _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
@@ -74,8 +75,12 @@ class ProxyHandler:
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None)
+        # No overall limit (generations are long; the Model's timeout bounds them), but a server
+        # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
+        # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT)
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",)
+            connector=connector, auto_decompress=False, timeout=timeout, skip_auto_headers=("User-Agent",)
         )
 
     async def close(self) -> None:

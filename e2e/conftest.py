@@ -174,8 +174,12 @@ def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int
     namespace = deployed["deployment"]["metadata"]["namespace"]
     command = list(c["command"])
     command[0] = tool(command[0])
+    proxy = free_port()
     args = [
-        _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics)
+        _substitute_port(
+            _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics),
+            "--proxy-bind-address", proxy,
+        )
         for a in c["args"]
     ]
     # the model config is mounted from the ConfigMap kustomize generates from this file

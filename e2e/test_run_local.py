@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,47 @@ def test_once_reaches_samples_reconciled_and_cleans_up(tmp_path):
     assert not (run_dir / "plane" / "state.json").exists()
 
 
+def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
+    """kwok Pods serve nothing, so the test runs its own fake model server on a loopback
+    address and stands a Ready server Pod of the sample Model in for it."""
+    import http.server
+    import socketserver
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"hi from fake"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.77", 0), Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubectl = [str(ROOT / ".venv" / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "fake-qwen-server", "namespace": "kaiwo-samples",
+                        "labels": {"app": "model", "model": "qwen2-500m-cpu"},
+                        "annotations": {"model-pod-port": str(server.server_address[1])}},
+           "spec": {"schedulerName": "e2e-nobody", "containers": [{"name": "server", "image": "fake"}]}}
+    try:
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, check=True, capture_output=True)
+        status = {"status": {"phase": "Running", "podIP": "127.0.0.77", "podIPs": [{"ip": "127.0.0.77"}],
+                             "conditions": [{"type": "Ready", "status": "True"}]}}
+        subprocess.run([*kubectl, "patch", "pod", "fake-qwen-server", "-n", "kaiwo-samples", "--subresource=status",
+                        "--type=merge", "-p", json.dumps(status)], check=True, capture_output=True)
+        req = urllib.request.Request(proxy_url + "/chat/completions", method="POST", headers={"Content-Type": "application/json"},
+                                     data=b'{"model":"qwen2-500m-cpu","messages":[{"role":"user","content":"hi"}]}')
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == 200 and b"hi from fake" in r.read()
+    finally:
+        server.shutdown()
+
+
 def test_ctrl_c_tears_everything_down(tmp_path):
     """Without --once it keeps running; Ctrl-C (SIGINT to its process group) stops it all.
     --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the Kueue stand-in)."""
@@ -87,6 +129,9 @@ def test_ctrl_c_tears_everything_down(tmp_path):
 
     try:
         wait_for_line(r"samples reconciled", 900)
+        wait_for_line(r'"id":"qwen2-500m-cpu"', 60)  # the printed /openai/v1/models lists the sample Model
+        proxy_url = next(m.group(1) for line in lines if (m := re.search(r"OpenAI-compatible proxy: (\S+)", line)))
+        call_sample_model_through_proxy(run_dir / "plane" / "kubeconfig", proxy_url)
         wait_for_line(r"status: KaiwoJob hello-job COMPLETE", 300)
         assert any("status: KaiwoJob hello-job RUNNING" in line for line in lines), "".join(lines)[-4000:]
         state = json.loads((run_dir / "plane" / "state.json").read_text())

@@ -115,10 +115,20 @@ fi
 ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f())')
 health=${ports% *}
 metrics=${ports#* }
+# the proxy on :8000 when that is free, else on any free port
+proxy=${RUN_LOCAL_PROXY_PORT:-$("$py" -c '
+import socket
+from kaiwo_ctrl.local.controlplane import free_port
+with socket.socket() as s:
+    try:
+        s.bind(("127.0.0.1", 8000)); print(8000)
+    except OSError:
+        print(free_port())')}
 op_args=(run --kubeconfig "$kubeconfig" --log-format console
-  --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics")
+  --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics"
+  --proxy-bind-address "127.0.0.1:$proxy")
 say "starting the operator: kaiwo-ctrl ${op_args[*]}"
-say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics"
+say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics   proxy: http://127.0.0.1:$proxy/openai/v1"
 # own session: Ctrl-C reaches this script, which then stops the operator (SIGTERM) and the rest in order
 setsid "$kaiwo" "${op_args[@]}" >"$dir/operator.log" 2>&1 &
 op=$!
@@ -144,7 +154,8 @@ if [ -n "${KUBECONFIG:-}" ]; then
   if [ -z "$(k get kaiwoqueueconfigs -o name 2>/dev/null)" ]; then
     k apply -f config/samples/kaiwo_v1alpha1_kaiwoqueueconfig.yaml
   fi
-  k apply -f config/samples/kaiwo_v1alpha1_kaiwojob.yaml -f config/samples/kaiwo_v1alpha1_kaiwoservice.yaml
+  k apply -f config/samples/kaiwo_v1alpha1_kaiwojob.yaml -f config/samples/kaiwo_v1alpha1_kaiwoservice.yaml \
+    -f config/samples/kubeai_v1_model.yaml
 else
   k apply -k config/samples
 fi
@@ -200,6 +211,17 @@ k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,kaiwojobs,kaiw
 k get pods -n $ns -l app=model -o wide
 echo
 say "samples reconciled ($(elapsed) after start)"
+say "OpenAI-compatible proxy: http://127.0.0.1:$proxy/openai/v1"
+say "  curl http://127.0.0.1:$proxy/openai/v1/models"
+"$py" - "http://127.0.0.1:$proxy/openai/v1/models" <<'PY'
+import sys, time, urllib.request
+for _ in range(40):  # the Model cache may be a moment behind the apply
+    body = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+    if "qwen2-500m-cpu" in body:
+        break
+    time.sleep(0.25)
+print(body)
+PY
 
 if [ "$once" = 1 ]; then
   exit 0

@@ -47,6 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MODEL_CONFIG") or None,
         help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
     )
+    from kaiwo_ctrl.serving.proxy.command import add_autoscaler_arguments, add_proxy_arguments
+
+    add_proxy_arguments(run)
+    add_autoscaler_arguments(run)
+
+    proxy = sub.add_parser("proxy", help="serve only the OpenAI-compatible proxy, without the controllers")
+    proxy.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    proxy.add_argument("--metrics-bind-address", default=os.environ.get("METRICS_BIND_ADDRESS", ":8080"), help="'0' disables")
+    proxy.add_argument("--health-probe-bind-address", default=os.environ.get("HEALTH_PROBE_BIND_ADDRESS", ":8081"))
+    proxy.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
+    proxy.add_argument("--log-format", default=os.environ.get("LOG_FORMAT", "json"), choices=["json", "console"])
+    add_proxy_arguments(proxy)
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
@@ -85,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return download_main(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.cmd == "run":
+    if args.cmd in ("run", "proxy"):
         return _run(args)
     if args.cmd == "local":
         return _local(args)
@@ -155,9 +167,12 @@ def _render(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from kaiwo_ctrl.runtime.logging import setup_logging
 
+    from kaiwo_ctrl.serving.proxy.command import new_event_loop_factory
+
     setup_logging(args.log_level, args.log_format)
     try:
-        return asyncio.run(_run_async(args))
+        with asyncio.Runner(loop_factory=new_event_loop_factory()) as runner:
+            return runner.run(_run_async(args))
     except KeyboardInterrupt:
         return 130
 
@@ -174,13 +189,13 @@ async def _run_async(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("kaiwo_ctrl")
     try:
-        model_config = ConfigSource(args.model_config)  # an invalid file stops start-up, naming the key
+        model_config = ConfigSource(getattr(args, "model_config", None))  # an invalid file stops start-up, naming the key
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     le = None
-    if args.leader_elect:
+    if getattr(args, "leader_elect", False):
         ns = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
         le = LeaderElectionConfig(name=args.leader_election_id, namespace=ns)
     mgr = Manager(
@@ -189,8 +204,12 @@ async def _run_async(args: argparse.Namespace) -> int:
         health_addr=args.health_probe_bind_address,
         leader_election=le,
     )
-    tracer = setup_tracing(args.tracing)
-    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
+    from kaiwo_ctrl.serving.proxy.command import run_with_manager, setup_serving
+
+    if args.cmd == "run":
+        tracer = setup_tracing(args.tracing)
+        await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
+    proxy = None if getattr(args, "demo", False) else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -207,7 +226,7 @@ async def _run_async(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     try:
-        await mgr.run(stop)
+        await run_with_manager(mgr, proxy, stop)
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1

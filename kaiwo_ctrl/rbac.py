@@ -60,6 +60,7 @@ class Rule:
 KAIWO = "kaiwo.silogen.ai"
 CONFIG = "config.kaiwo.silogen.ai"
 KUEUE = "kueue.x-k8s.io"
+KUBEAI = "kubeai.org"
 
 #: The ClusterRole of the operator (``config/rbac/role.yaml``).
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -176,10 +177,23 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
     # --- KubeAI Models (serving/) --------------------------------------------
-    Rule("kubeai.org", "models", ("list", "watch", "patch"), "serving/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch)"),
-    Rule("kubeai.org", "models/status", ("patch",), "serving/controller.py: replicas, cache and conditions"),
     Rule(
-        "kubeai.org",
+        KUBEAI,
+        "models",
+        ("list", "watch", "patch"),
+        "serving/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch); "
+        "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling); "
+        "serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset (no scale subresource then)",
+    ),
+    Rule(KUBEAI, "models/status", ("patch",), "serving/controller.py: replicas, cache and conditions"),
+    Rule(
+        KUBEAI,
+        "models/scale",
+        ("patch",),
+        "serving/proxy/scale.py set_replicas: scale from zero (proxy) and replicas from load (autoscaler)",
+    ),
+    Rule(
+        KUBEAI,
         "models/finalizers",
         ("update",),
         "serving/: server Pods, files ConfigMaps and cache Jobs carry a controller owner reference (blockOwnerDeletion) to their Model",
@@ -197,6 +211,12 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
     ),
     Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
+    Rule(
+        "",
+        "configmaps",
+        ("get", "create", "patch"),
+        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
+    ),
 )
 
 #: Kinds users work with: (group, plural, kind label used in file/role names).

@@ -100,7 +100,7 @@ DEFAULTS: dict[str, Any] = {
         },
     },
     "modelRollouts": {"surge": 1},
-    "modelAutoscaling": {"interval": "10s", "timeWindow": "10m", "stateConfigMapName": "kaiwo-model-autoscaler-state"},
+    "modelAutoscaling": {"interval": "10s", "timeWindow": "10m", "stateConfigMapName": "kaiwo-autoscaler-state"},
     "resourceProfiles": {
         "cpu": {"imageName": "cpu", "requests": {"cpu": "1", "memory": "2Gi"}},
         "nvidia-gpu-t4": {"imageName": "nvidia-gpu", "limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},

@@ -15,6 +15,10 @@ from kaiwo_ctrl.local.controlplane import free_port
 class OperatorProcess:
     def __init__(self, kubeconfig: str, log_path: Path, *args: str) -> None:
         self.metrics_port, self.health_port = free_port(), free_port()
+        # each process gets its own proxy port (the default :8000 would clash)
+        self.proxy_port = free_port()
+        if not any(a.startswith("--proxy-bind-address") for a in args):
+            args = (f"--proxy-bind-address=127.0.0.1:{self.proxy_port}", *args)
         self.log_path = log_path
         self.log = open(log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(

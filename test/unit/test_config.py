@@ -106,7 +106,11 @@ def test_no_wildcards_in_any_role(default):
 def test_leader_election_role(default):
     role = one(default, "Role", "kaiwo-leader-election-role")
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules == {("coordination.k8s.io", "leases"): {"get", "create", "update"}, ("", "events"): {"create", "patch"}}
+    assert rules == {
+        ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+        ("", "events"): {"create", "patch"},
+        ("", "configmaps"): {"get", "create", "patch"},  # the autoscaler's state
+    }
 
 
 def test_manager_deployment(default):
@@ -120,7 +124,7 @@ def test_manager_deployment(default):
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Benchmark of the OpenAI-compatible proxy: added latency, throughput, SSE streams, PrefixHash.
+
+Three processes: fake OpenAI servers on loopback addresses (127.0.0.11...),
+the proxy (the production handler and server, its Model and Pod caches filled
+directly instead of from an apiserver), and this load generator. Each phase
+runs the same load directly against the servers and through the proxy, so
+"added latency" is the difference of the two distributions at p50 and p99.
+
+Prints, per concurrency (1, 64, 512): non-streaming request latency and SSE
+time-to-first-byte, direct vs proxy; throughput at 64 concurrent and its ratio
+to direct; 2,000 concurrent SSE streams held open through one proxy process
+(errors, proxy peak RSS); and PrefixHash quality for a multi-tenant prompt mix
+(share of requests on their prefix's home endpoint, max/mean load).
+
+    .venv/bin/python bench/bench_proxy.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+HOSTS = [f"127.0.0.{11 + i}" for i in range(4)]
+PORT_BASE = 18400
+REPLY = orjson.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [{"text": "ok", "index": 0}]})
+
+
+def _raise_nofile() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _loop_factory():
+    from kaiwo_ctrl.serving.proxy.command import new_event_loop_factory
+
+    return new_event_loop_factory()
+
+
+# ------------------------------------------------------------------ backends
+async def _backend_main(hold_s: float) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if b'"stream":true' in body or b'"stream": true' in body:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b'data: {"choices":[{"text":"a"}]}\n\n')
+            hold = float(request.headers.get("X-Hold", "0"))
+            if hold:
+                end = time.monotonic() + hold
+                while time.monotonic() < end:
+                    await asyncio.sleep(1.0)
+                    await resp.write(b'data: {"choices":[{"text":"b"}]}\n\n')
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        return web.Response(body=REPLY, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    for h in HOSTS:
+        await web.TCPSite(runner, h, PORT_BASE, backlog=4096, reuse_address=True).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+# --------------------------------------------------------------------- proxy
+async def _proxy_main(port: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kaiwo_ctrl.kinds import MODELS
+    from kaiwo_ctrl.runtime.informer import Informer
+    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.proxy.resolve import Resolver
+    from kaiwo_ctrl.serving.proxy.server import ProxyServer
+
+    models = Informer(None, MODELS)  # filled by hand: the data path is what is measured
+    resolver = Resolver(models)
+    models.store.put({"metadata": {"name": "bench", "namespace": "default", "resourceVersion": "1"},
+                      "spec": {"features": ["TextGeneration"], "replicas": 1, "loadBalancing": {"strategy": "LeastLoad"}}})
+    tracker = EndpointTracker()
+    for i, h in enumerate(HOSTS):
+        tracker.on_add({"metadata": {"name": f"p{i}", "namespace": "default", "labels": {"app": "model", "model": "bench"},
+                                     "annotations": {"model-pod-port": str(PORT_BASE)}},
+                        "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
+    server = ProxyServer(ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None), ("127.0.0.1", port))
+    task = asyncio.create_task(server.run())
+    await server.started.wait()
+    print("ready", flush=True)
+    await task
+
+
+def _spawn(role: str, *args: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, __file__, f"--role={role}", *args], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready", f"{role} did not start"
+    return p
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ---------------------------------------------------------------------- load
+async def run_load(session: aiohttp.ClientSession, urls: list[str], concurrency: int, total: int, stream: bool) -> tuple[list[float], float, int]:
+    """Latencies (s; time to first byte when streaming), elapsed wall time, errors."""
+    body = orjson.dumps({"model": "bench", "prompt": "hello", "max_tokens": 1, "stream": stream})
+    lat: list[float] = []
+    errors = 0
+    it = iter(range(total))
+
+    async def worker(w: int) -> None:
+        nonlocal errors
+        for i in it:
+            url = urls[(w + i) % len(urls)]
+            t0 = time.perf_counter()
+            try:
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                    if stream:
+                        await r.content.readany()
+                        lat.append(time.perf_counter() - t0)
+                        await r.read()
+                    else:
+                        await r.read()
+                        lat.append(time.perf_counter() - t0)
+                    errors += r.status != 200
+            except aiohttp.ClientError:
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    return lat, time.perf_counter() - t0, errors
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))] * 1000
+
+
+async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool) -> None:
+    direct = [f"http://{h}:{PORT_BASE}/v1/completions" for h in HOSTS]
+    proxied = [f"http://127.0.0.1:{proxy_port}/openai/v1/completions"]
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        await run_load(s, direct, 8, 400, False)  # warm up connections and the JIT-less paths
+        await run_load(s, proxied, 8, 400, False)
+        print("\nadded latency (ms; proxy minus direct, same load)")
+        print(f"{'mode':<14}{'clients':>8}{'direct p50':>12}{'proxy p50':>11}{'added p50':>11}"
+              f"{'direct p99':>12}{'proxy p99':>11}{'added p99':>11}{'errors':>8}")
+        for stream in (False, True):
+            for c in (1, 64, 512):
+                n = max(200 if quick else 600, c * (4 if quick else 10))
+                dl, _, de = await run_load(s, direct, c, n, stream)
+                pl, _, pe = await run_load(s, proxied, c, n, stream)
+                mode = "SSE TTFB" if stream else "non-streaming"
+                print(f"{mode:<14}{c:>8}{pct(dl, .5):>12.2f}{pct(pl, .5):>11.2f}{pct(pl, .5) - pct(dl, .5):>11.2f}"
+                      f"{pct(dl, .99):>12.2f}{pct(pl, .99):>11.2f}{pct(pl, .99) - pct(dl, .99):>11.2f}{de + pe:>8}", flush=True)
+        n = 3000 if quick else 10000
+        _, dt_d, _ = await run_load(s, direct, 64, n, False)
+        cpu0 = cpu_seconds(proxy_pid)
+        _, dt_p, e = await run_load(s, proxied, 64, n, False)
+        cpu = cpu_seconds(proxy_pid) - cpu0
+        print(f"\nthroughput at 64 clients, small bodies: direct {n / dt_d:,.0f} req/s, proxy {n / dt_p:,.0f} req/s "
+              f"(ratio {dt_d / dt_p:.2f}), errors {e}; proxy CPU {cpu / n * 1e6:.0f} us per request "
+              f"(a CPU-bound ceiling of {n / cpu:,.0f} req/s per proxy core)")
+
+
+async def streams_phase(proxy_port: int, proxy_pid: int, count: int, hold: float) -> None:
+    body = orjson.dumps({"model": "bench", "prompt": "x", "stream": True})
+    started = 0
+    errors = 0
+    got_all = asyncio.Event()
+    conn = aiohttp.TCPConnector(limit=0)
+    rss0 = peak_rss_mib(proxy_pid)
+
+    async def one() -> None:
+        nonlocal started, errors
+        try:
+            async with s.post(f"http://127.0.0.1:{proxy_port}/openai/v1/chat/completions", data=body,
+                              headers={"Content-Type": "application/json", "X-Hold": str(hold)}) as r:
+                await r.content.readany()
+                started += 1
+                if started == count:
+                    got_all.set()
+                data = await r.read()
+                errors += r.status != 200 or not data.endswith(b"data: [DONE]\n\n")
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            errors += 1
+
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=hold + 120)) as s:
+        t0 = time.perf_counter()
+        tasks = [asyncio.create_task(one()) for _ in range(count)]
+        try:
+            await asyncio.wait_for(got_all.wait(), hold)
+            all_open = f"all {count} open after {time.perf_counter() - t0:.1f}s"
+        except asyncio.TimeoutError:
+            all_open = f"only {started} of {count} open within {hold:.0f}s"
+        await asyncio.gather(*tasks)
+    print(f"\n{count} concurrent SSE streams held {hold:.0f}s through one proxy process: {all_open}; errors {errors}; "
+          f"proxy peak RSS {peak_rss_mib(proxy_pid):.0f} MiB (was {rss0:.0f} MiB before)")
+
+
+# ---------------------------------------------------------------- PrefixHash
+def prefix_quality(endpoints: int = 8, tenants: int = 200, requests: int = 50000, in_flight: int = 256, seed: int = 1) -> None:
+    """Event simulation of the CHWBL choice: Zipf-popular tenant prefixes, requests finishing at random."""
+    from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring
+
+    rng = random.Random(seed)
+    eps = {f"ns/p{i}": Endpoint(f"ns/p{i}", f"10.0.0.{i}:8000") for i in range(endpoints)}
+    ring = Ring(256)
+    for k in eps:
+        ring.add(k)
+    weights = [1 / (i + 1) for i in range(tenants)]
+    prompts = [f"tenant {t:04d}: you are a helpful assistant for team {t}" for t in range(tenants)]
+    active: list[tuple[Endpoint, int]] = []
+    total = 0
+    home = 0
+    assigned: Counter[str] = Counter()
+    for _ in range(requests):
+        while len(active) >= in_flight:
+            ep, _ = active.pop(rng.randrange(len(active)))
+            ep.in_flight -= 1
+            total -= 1
+        prompt = rng.choices(prompts, weights)[0]
+        c = ring.choose(prompt[:100], eps, total, 125)
+        ep = c.endpoint
+        home += ep is c.initial
+        ep.in_flight += 1
+        total += 1
+        assigned[ep.key] += 1
+        active.append((ep, 0))
+    mean = requests / endpoints
+    print(f"\nPrefixHash (CHWBL, meanLoadFactor 125, {endpoints} endpoints, {tenants} Zipf tenants, {in_flight} in flight, "
+          f"{requests} requests): {home / requests:.1%} on their prefix's home endpoint; "
+          f"max/mean requests per endpoint {max(assigned.values()) / mean:.2f}")
+
+
+# ----------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", choices=["backend", "proxy"], help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=18480)
+    ap.add_argument("--quick", action="store_true", help="fewer requests and 500 streams")
+    ap.add_argument("--streams", type=int, default=2000)
+    ap.add_argument("--hold", type=float, default=20.0, help="seconds each SSE stream stays open")
+    args = ap.parse_args()
+    _raise_nofile()
+    factory = _loop_factory()
+    if args.role:
+        coro = _backend_main(args.hold) if args.role == "backend" else _proxy_main(args.port)
+        with asyncio.Runner(loop_factory=factory) as r:
+            r.run(coro)
+        return 0
+    print(f"event loop: {'uvloop' if factory else 'asyncio'}; cpus {os.cpu_count()}; load average {os.getloadavg()[0]:.1f} "
+          "(a shared machine: figures vary with what else runs)")
+    backend = _spawn("backend")
+    proxy = _spawn("proxy", f"--port={args.port}")
+    try:
+        with asyncio.Runner(loop_factory=factory) as r:
+            r.run(latency_phase(args.port, proxy.pid, args.quick))
+            r.run(streams_phase(args.port, proxy.pid, 500 if args.quick else args.streams, args.hold))
+        prefix_quality(requests=10000 if args.quick else 50000)
+    finally:
+        for p in (proxy, backend):
+            p.terminate()
+            p.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())

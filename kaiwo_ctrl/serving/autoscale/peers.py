@@ -1,0 +1,61 @@
+"""Where the proxy replicas are, and what they report.
+
+Peers are either a fixed list of ``host:port`` metrics addresses, or the Ready
+Pods matching a label selector in the operator's namespace (their
+``status.podIP`` with the metrics port). :func:`scrape_active` sums
+``kaiwo_proxy_active_requests`` over all peers per ``<namespace>/<name>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from kaiwo_ctrl.serving.proxy.metrics import ACTIVE
+
+_LINE = re.compile(rf'^{ACTIVE}\{{([^}}]*)\}} ([0-9.eE+-]+|NaN)$', re.M)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def peer_addresses(pods: list[Mapping[str, Any]], port: int) -> list[str]:
+    out = []
+    for p in pods:
+        st = p.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or ())
+        ip = st.get("podIP")
+        if ready and ip and not (p.get("metadata") or {}).get("deletionTimestamp"):
+            out.append(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+    return sorted(out)
+
+
+def parse_active(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in _LINE.finditer(text):
+        labels = dict(_LABEL.findall(m.group(1)))
+        key = f"{labels.get('model_namespace', '')}/{labels.get('model_name', '')}"
+        value = float(m.group(2))
+        if value == value:  # not NaN
+            out[key] = out.get(key, 0.0) + value
+    return out
+
+
+async def scrape_active(session: aiohttp.ClientSession, peers: list[str], timeout: float = 5.0) -> dict[str, float] | None:
+    """Summed active requests per Model, or None when any peer could not be read."""
+
+    async def one(addr: str) -> dict[str, float]:
+        async with session.get(f"http://{addr}/metrics", timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            r.raise_for_status()
+            return parse_active(await r.text())
+
+    results = await asyncio.gather(*(one(a) for a in peers), return_exceptions=True)
+    total: dict[str, float] = {}
+    for r in results:
+        if isinstance(r, BaseException):
+            return None
+        for k, v in r.items():
+            total[k] = total.get(k, 0.0) + v
+    return total

@@ -1,0 +1,13 @@
+"""The OpenAI-compatible front door.
+
+Requests name a Model; the proxy resolves it from the Model informer, picks a
+Ready server Pod of that Model (endpoints tracked from the Pod informer) by the
+Model's load-balancing strategy, and streams the exchange through. Modules:
+
+* :mod:`.endpoints` - Ready Pods -> endpoint groups, in-flight counts, waiting;
+* :mod:`.balance` - LeastLoad and PrefixHash (consistent hashing, bounded loads);
+* :mod:`.prefix` - the prompt prefix PrefixHash hashes, per route;
+* :mod:`.resolve` - requested model name -> Model (+ adapter), label selectors;
+* :mod:`.handler` / :mod:`.server` - the aiohttp routes and the server runnable;
+* :mod:`.metrics` - Prometheus series of the proxy.
+"""

@@ -1,0 +1,170 @@
+"""Endpoints of each Model, kept from Pod events (never by listing).
+
+A server Pod is an endpoint of Model ``<namespace>/<label model>`` while it is
+Ready, not terminating, has ``status.podIP`` and the ``model-pod-port``
+annotation. Its adapters are the names of its ``adapter.kubeai.org/<name>``
+labels (presence only). Every Pod event updates just that Pod's endpoint; a
+deleted Pod's endpoint goes at once (KubeAI ignores the delete event and
+relies on the readiness change before it).
+
+In-flight counts live on the endpoint. An endpoint that goes away keeps its
+count until its requests finish, but no longer counts toward the group total
+that PrefixHash's load bound uses.
+
+Requests that find no usable endpoint wait for the group's next change and
+are evaluated again on every change (KubeAI stops re-evaluating after a miss,
+so such a request only ended when the client gave up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from kaiwo_ctrl.runtime.cache import Cache
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, least_load
+
+POD_SELECTOR = "app=model"
+MODEL_LABEL = "model"
+PORT_ANNOTATION = "model-pod-port"
+ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
+
+GroupKey = tuple[str, str]  # (namespace, model name)
+
+
+def model_pod_informer(cache: Cache) -> Informer:
+    """The shared informer of model server Pods (label ``app=model``)."""
+    return cache.informer(PODS, label_selector=POD_SELECTOR)
+
+
+def pod_endpoint(pod: Mapping[str, Any]) -> tuple[GroupKey, Endpoint] | None:
+    """The endpoint a Pod stands for, or None when it cannot take requests."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    model = labels.get(MODEL_LABEL)
+    if not model or meta.get("deletionTimestamp"):
+        return None
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    port = (meta.get("annotations") or {}).get(PORT_ANNOTATION)
+    if not ip or not port or not str(port).isdigit():
+        return None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    if not ready:
+        return None
+    adapters = frozenset(k[len(ADAPTER_LABEL_PREFIX):] for k in labels if k.startswith(ADAPTER_LABEL_PREFIX))
+    ns = meta.get("namespace", "")
+    host = f"[{ip}]" if ":" in ip else ip
+    return (ns, model), Endpoint(f"{ns}/{meta['name']}", f"{host}:{port}", adapters)
+
+
+def _group_of(pod: Mapping[str, Any]) -> GroupKey | None:
+    meta = pod.get("metadata") or {}
+    model = (meta.get("labels") or {}).get(MODEL_LABEL)
+    return (meta.get("namespace", ""), model) if model else None
+
+
+class Group:
+    """The endpoints of one Model."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, Endpoint] = {}
+        self.total = 0  # in flight on current endpoints
+        self.ring: Ring | None = None
+        self._changed = asyncio.Event()
+
+    def upsert(self, ep: Endpoint) -> None:
+        cur = self.endpoints.get(ep.key)
+        if cur is not None and cur.address == ep.address:
+            if cur.adapters == ep.adapters:
+                return
+            cur.adapters = ep.adapters
+        else:
+            if cur is not None:
+                self._drop(cur)
+            self.endpoints[ep.key] = ep
+            if self.ring is not None:
+                self.ring.add(ep.key)
+        self._notify()
+
+    def remove(self, key: str) -> None:
+        cur = self.endpoints.get(key)
+        if cur is not None:
+            self._drop(cur)
+            self._notify()
+
+    def _drop(self, ep: Endpoint) -> None:
+        del self.endpoints[ep.key]
+        ep.removed = True
+        self.total -= ep.in_flight
+        if self.ring is not None:
+            self.ring.remove(ep.key)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def changed(self) -> asyncio.Event:
+        return self._changed
+
+    def acquire(self, ep: Endpoint) -> Endpoint:
+        ep.in_flight += 1
+        self.total += 1
+        return ep
+
+    def release(self, ep: Endpoint) -> None:
+        ep.in_flight -= 1
+        if not ep.removed:
+            self.total -= 1
+
+    def choose_prefix(self, key: str, replication: int, mean_load_factor: int, adapter: str, skip: frozenset[str]) -> Choice:
+        if self.ring is None:
+            self.ring = Ring(replication)
+            for k in self.endpoints:
+                self.ring.add(k)
+        return self.ring.choose(key, self.endpoints, self.total, mean_load_factor, adapter, skip)
+
+    def choose_least(self, adapter: str, skip: frozenset[str]) -> Endpoint | None:
+        return least_load(self.endpoints.values(), adapter, skip)
+
+
+class EndpointTracker:
+    """Informer event handler that keeps a :class:`Group` per Model."""
+
+    def __init__(self) -> None:
+        self.groups: dict[GroupKey, Group] = {}
+
+    def group(self, key: GroupKey) -> Group:
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = Group()
+        return g
+
+    def _apply(self, pod: Mapping[str, Any]) -> None:
+        found = pod_endpoint(pod)
+        if found is not None:
+            self.group(found[0]).upsert(found[1])
+            return
+        gk = _group_of(pod)
+        if gk is not None and gk in self.groups:
+            meta = pod["metadata"]
+            self.groups[gk].remove(f"{meta.get('namespace', '')}/{meta['name']}")
+
+    # informer handler interface
+    def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
+        self._apply(obj)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        old_group, new_group = _group_of(old), _group_of(new)
+        if old_group is not None and old_group != new_group and old_group in self.groups:
+            self.groups[old_group].remove(f"{old['metadata'].get('namespace', '')}/{old['metadata']['name']}")
+        self._apply(new)
+
+    def on_delete(self, obj: Mapping[str, Any], tombstone: bool) -> None:
+        gk = _group_of(obj)
+        if gk is not None and gk in self.groups:
+            meta = obj["metadata"]
+            self.groups[gk].remove(f"{meta.get('namespace', '')}/{meta['name']}")

@@ -1,0 +1,249 @@
+"""The OpenAI-compatible routes.
+
+``/openai/v1/<route>`` names the Model in the body (JSON ``model``, or the
+``model`` part of a multipart form, which is taken out before forwarding);
+``/<namespace>/<model>/v1/<route>`` names it in the path (a body ``model`` of
+``<model>_<adapter>`` still picks an adapter). The upstream path is
+``/v1/<route>`` with the query string kept.
+
+Per request: parse -> resolve -> count as active -> scale from zero -> wait for
+an endpoint (LeastLoad or PrefixHash, read from the Model now) -> forward.
+The Model's deadline (annotation ``kaiwo.silogen.ai/request-timeout``, else the
+process default) covers all of it, streaming included. Errors are OpenAI-style
+JSON: ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
+from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
+from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
+from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, request_timeout, selectors_of
+from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
+
+log = logging.getLogger("kaiwo_ctrl.serving.proxy")
+
+CONNECT_TIMEOUT = 5.0
+JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings"})
+ROUTES = JSON_ROUTES | {"audio/transcriptions"}
+_MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
+_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
+
+
+def error_response(status: int, message: str, **extra: Any) -> web.Response:
+    err = {"message": message, "type": _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+           "code": status, **extra}
+    return web.Response(status=status, body=orjson.dumps({"error": err}), content_type="application/json",
+                        headers={PROXY_HEADER[0]: PROXY_HEADER[1]})
+
+
+def split_multipart_model(body: bytes, boundary: str) -> tuple[str | None, bytes]:
+    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form)."""
+    delim = b"--" + boundary.encode()
+    segments = body.split(delim)
+    kept, model = [segments[0]], None
+    for seg in segments[1:]:
+        head, sep, content = seg.partition(b"\r\n\r\n")
+        if model is None and sep and not seg.startswith(b"--") and _MODEL_PART.search(head):
+            model = content.removesuffix(b"\r\n").decode(errors="replace").strip()
+            continue
+        kept.append(seg)
+    return model, delim.join(kept)
+
+
+class ProxyHandler:
+    def __init__(
+        self, resolver: Resolver, tracker: EndpointTracker, metrics: ProxyMetrics, scaler: ScaleFromZero | None,
+        *, default_timeout: float | None = None,
+    ) -> None:
+        self.resolver, self.tracker, self.metrics, self.scaler = resolver, tracker, metrics, scaler
+        self.default_timeout = default_timeout
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None)
+        # No overall limit (generations are long; the Model's timeout bounds them), but a server
+        # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
+        # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, timeout=timeout, skip_auto_headers=("User-Agent",)
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # ------------------------------------------------------------- routes
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, request.match_info["route"], None, None)
+
+    async def namespaced(self, request: web.Request) -> web.StreamResponse:
+        mi = request.match_info
+        return await self._proxy(request, mi["route"], mi["namespace"], mi["model"])
+
+    async def models(self, request: web.Request) -> web.Response:
+        try:
+            selectors = selectors_of(request.headers.getall("X-Label-Selector", ()))
+            if "namespace" in request.match_info:
+                t = self.resolver.resolve(request.match_info["model"], selectors, request.match_info["namespace"])
+                spec = t.spec
+                features = list(spec.get("features") or ())
+            else:
+                features = request.query.getall("feature", []) or ["TextGeneration"]
+        except ProxyError as e:
+            return error_response(e.status, e.message, **e.extra)
+        data = self.resolver.list_models(features, selectors)
+        if "namespace" in request.match_info:
+            data = [d for d in data if d["id"].split("/")[-1].partition("_")[0] == request.match_info["model"]]
+        return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+    # -------------------------------------------------------------- proxy
+    async def _read(self, request: web.Request, route: str, path_model: str | None) -> tuple[str, bytes, Any]:
+        """(requested model name, body to forward, parsed JSON body or None)."""
+        body = await request.read()
+        ctype = request.headers.get("Content-Type")
+        if ctype and request.content_type == "multipart/form-data":
+            boundary = request.content_type and dict(_params(ctype)).get("boundary")
+            if not boundary:
+                raise ProxyError(400, "bad request: multipart body without a boundary")
+            model, body = split_multipart_model(body, boundary)
+            if not model and not path_model:
+                raise ProxyError(400, "bad request: missing 'model' form field")
+            return model or path_model or "", body, None
+        if ctype and request.content_type not in ("application/json", "text/plain", "application/octet-stream"):
+            raise ProxyError(400, f"bad request: unsupported content type {request.content_type!r}")
+        if route not in JSON_ROUTES:
+            raise ProxyError(400, f"bad request: /v1/{route} takes a multipart/form-data body")
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise ProxyError(400, f"bad request: body is not valid JSON: {e}") from None
+        if not isinstance(parsed, dict):
+            raise ProxyError(400, "bad request: body must be a JSON object")
+        model = parsed.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ProxyError(400, "bad request: 'model' must be a string")
+        if not model and not path_model:
+            raise ProxyError(400, "bad request: missing 'model' field")
+        return model or path_model or "", body, parsed
+
+    async def _proxy(self, request: web.Request, route: str, namespace: str | None, path_model: str | None) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        if route not in ROUTES:
+            raise web.HTTPNotFound()
+        try:
+            requested, body, parsed = await self._read(request, route, path_model)
+            if path_model is not None and requested.partition("_")[0] != path_model:
+                requested = path_model  # the path names the Model; a body model naming another one is ignored
+            target = self.resolver.resolve(requested, selectors_of(request.headers.getall("X-Label-Selector", ())), namespace)
+        except ProxyError as e:
+            return error_response(e.status, e.message, **e.extra)
+        if parsed is not None and parsed.get("model") != target.forward_name:
+            parsed["model"] = target.forward_name
+            body = orjson.dumps(parsed)
+        return await self._serve(request, route, target, body, parsed, t0)
+
+    async def _serve(self, request: web.Request, route: str, t: Target, body: bytes, parsed: Any, t0: float) -> web.StreamResponse:
+        labels = (t.namespace, t.name)
+        active = self.metrics.active.labels(*labels)
+        active.inc()
+        timing = {"wait": 0.0, "sent": 0.0}
+        code = "000"
+        try:
+            async with asyncio.timeout(request_timeout(t.model, self.default_timeout)):
+                try:
+                    if self.scaler is not None:
+                        await self.scaler.ensure_running(t)
+                    group = self.tracker.group(labels)
+                    lb = (t.spec.get("loadBalancing") or {})
+                    key = ""
+                    if lb.get("strategy") == "PrefixHash":
+                        ph = lb.get("prefixHash") or {}
+                        key = t.adapter + extract_prefix(route, parsed or {}, int(ph.get("prefixCharLength", 100)))
+
+                    async def acquire(skip: frozenset[str]) -> Endpoint:
+                        w0 = time.perf_counter()
+                        try:
+                            return await self._acquire(group, t, key, skip)
+                        finally:
+                            timing["wait"] += time.perf_counter() - w0
+
+                    def sent() -> None:
+                        if not timing["sent"]:
+                            timing["sent"] = time.perf_counter()
+
+                    path = "/v1/" + route + (("?" + request.query_string) if request.query_string else "")
+                    resp = await forward(
+                        request, self.session, path, body, request_headers(request.headers), acquire, group.release,
+                        lambda reason: self.metrics.retries.labels(reason).inc(), sent,
+                    )
+                    code = str(resp.status)
+                    return resp
+                except UpstreamFailed as e:
+                    log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})
+                    code = "502"
+                    return error_response(502, "Bad Gateway")
+                except ProxyError as e:
+                    code = str(e.status)
+                    return error_response(e.status, e.message, **e.extra)
+        except TimeoutError:
+            code = "504"
+            return error_response(504, "Gateway Timeout: the Model's request timeout passed")
+        except (asyncio.CancelledError, ConnectionResetError):
+            code = "499"  # the client went away
+            raise
+        finally:
+            active.dec()
+            self.metrics.requests.labels(*labels, code).inc()
+            self.metrics.duration.labels(*labels, code).observe(time.perf_counter() - t0)
+            if timing["sent"]:
+                self.metrics.overhead.observe(max(0.0, timing["sent"] - t0 - timing["wait"]))
+
+    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint:
+        while True:
+            changed = group.changed()
+            lb = (t.spec.get("loadBalancing") or {})  # read at request time
+            if lb.get("strategy") == "PrefixHash":
+                ph = lb.get("prefixHash") or {}
+                c = group.choose_prefix(key, int(ph.get("replication", 256)), int(ph.get("meanLoadFactor", 125)), t.adapter, skip)
+                ep = c.endpoint
+                if ep is not None:
+                    outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
+                    self.metrics.prefix_choices.labels(outcome).inc()
+                    self.metrics.prefix_examined.inc(c.examined)
+            else:
+                ep = group.choose_least(t.adapter, skip)
+            if ep is not None:
+                return group.acquire(ep)
+            await changed.wait()
+            t = self._refresh(t)
+
+    def _refresh(self, t: Target) -> Target:
+        m = self.resolver.models.get(t.name, t.namespace)
+        if m is not None:
+            t.model = m
+        return t
+
+
+def _params(ctype: str) -> list[tuple[str, str]]:
+    out = []
+    for part in ctype.split(";")[1:]:
+        k, _, v = part.strip().partition("=")
+        out.append((k.strip().lower(), v.strip().strip('"')))
+    return out
+
+

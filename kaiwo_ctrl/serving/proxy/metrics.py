@@ -1,0 +1,46 @@
+"""Prometheus series of the proxy, registered in the manager's registry.
+
+* ``kaiwo_proxy_active_requests{model_namespace,model_name}`` - requests parsed
+  and resolved, not yet finished (held ones included); adapter traffic counts
+  toward its base Model. The autoscaler sums this gauge over proxy replicas.
+* ``kaiwo_proxy_requests_total`` and ``kaiwo_proxy_request_duration_seconds``
+  per Model and status code;
+* ``kaiwo_proxy_overhead_seconds`` - the proxy's own time per request: from
+  the request being read to the upstream request being sent, minus the time
+  spent waiting for an endpoint;
+* ``kaiwo_proxy_upstream_retries_total{reason}``;
+* ``kaiwo_proxy_prefixhash_choices_total{outcome}`` (``home``: the key's first
+  endpoint; ``spill``: a later one under the load bound; ``fallback``: none was
+  under the bound) and ``kaiwo_proxy_prefixhash_ring_points_examined_total``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+ACTIVE = "kaiwo_proxy_active_requests"
+LABELS = ("model_namespace", "model_name")
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class ProxyMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.active = Gauge(ACTIVE, "Active requests per Model (held requests included)", LABELS, registry=r)
+        self.requests = Counter("kaiwo_proxy_requests", "Proxied requests per Model and status code", (*LABELS, "code"), registry=r)
+        self.duration = Histogram(
+            "kaiwo_proxy_request_duration_seconds", "Request duration per Model and status code", (*LABELS, "code"),
+            buckets=DURATION_BUCKETS, registry=r,
+        )
+        self.overhead = Histogram(
+            "kaiwo_proxy_overhead_seconds", "Time the proxy itself adds per request (endpoint waits excluded)",
+            buckets=OVERHEAD_BUCKETS, registry=r,
+        )
+        self.retries = Counter("kaiwo_proxy_upstream_retries", "Upstream attempts retried", ("reason",), registry=r)
+        self.prefix_choices = Counter("kaiwo_proxy_prefixhash_choices", "PrefixHash choices by outcome", ("outcome",), registry=r)
+        self.prefix_examined = Counter(
+            "kaiwo_proxy_prefixhash_ring_points_examined", "Ring points examined by PrefixHash choices", registry=r
+        )
+        for outcome in ("home", "spill", "fallback"):
+            self.prefix_choices.labels(outcome)

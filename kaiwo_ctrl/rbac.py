@@ -60,6 +60,7 @@ class Rule:
 KAIWO = "kaiwo.silogen.ai"
 CONFIG = "config.kaiwo.silogen.ai"
 KUEUE = "kueue.x-k8s.io"
+GATEWAY = "gateway.networking.k8s.io"
 
 #: The ClusterRole of the operator (``config/rbac/role.yaml``).
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -146,6 +147,20 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
         evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
     ),
+    Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads read the effective config"),
+    Rule(CONFIG, "aimnamespaceconfigs/status", ("patch",), "aim/controller.py: status patch"),
+    # --- KubeAI and Gateway API (AIMNamespaceConfig gateway exposure) ----------
+    Rule("kubeai.org", "models", ("list", "watch"), "aim/controller.py: Model informer (one HTTPRoute per Model)"),
+    Rule(
+        "kubeai.org",
+        "models/finalizers",
+        ("update",),
+        "aim/routes.py: HTTPRoutes carry a controller owner reference (blockOwnerDeletion) to their Model",
+        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))")),
+    ),
+    Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
+    Rule(GATEWAY, "httproutes", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model"),
+    Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "clusterqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),

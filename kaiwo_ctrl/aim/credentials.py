@@ -254,6 +254,20 @@ def env_names(env: Any) -> list[str]:
     return [e.get("name") for e in env or () if isinstance(e, Mapping) and e.get("name")]
 
 
+def for_model(config: Any, model: Mapping[str, Any], *, url: str | None = None,
+              system_secret_names: Mapping[str, Any] | None = None) -> Additions:
+    """Credentials for a KubeAI Model's server container, cache loader Job or
+    adapter sidecar (pass the adapter's ``url``). The Model's own ``spec.env``
+    (a name->value map) is the object layer, and its ``AWS_ENDPOINT_URL`` is the
+    S3 endpoint matched against the config's ``s3[]`` entries."""
+    spec = model.get("spec") or {}
+    env = spec.get("env") or {}
+    endpoint = env.get(AWS_ENDPOINT) if isinstance(env, Mapping) else next(
+        (e.get("value") for e in env if isinstance(e, Mapping) and e.get("name") == AWS_ENDPOINT), None)
+    return for_source(config, url or spec.get("url") or "", endpoint=endpoint, own_env=env_names(env),
+                      system_secret_names=system_secret_names)
+
+
 # --------------------------------------------------------------------------- download items
 
 
@@ -333,6 +347,7 @@ __all__ = [
     "endpoint_key",
     "env_names",
     "fill_download_items",
+    "for_model",
     "for_source",
     "match_s3",
     "provider_of",

@@ -220,3 +220,14 @@ def test_pull_secrets_deduplicated_in_order():
         {"name": "other"}, {"name": "mine"}, {"name": "regcred"}]
     assert c.pull_secrets(None, None) == []
     assert c.pull_secrets({"images": {"imagePullSecrets": ["", "a", "a"]}}) == [{"name": "a"}]
+
+
+def test_for_model_uses_its_env_as_object_layer_and_endpoint():
+    model = {"spec": {"url": "s3://bucket/m", "env": {"AWS_ENDPOINT_URL": "http://minio.store:9000"}}}
+    add = c.for_model(SPEC, model)
+    assert {e["name"]: secret_of(e) for e in add.env}["AWS_ACCESS_KEY_ID"] == ("minio", "id")
+    assert "AWS_ENDPOINT_URL" not in {e["name"] for e in add.env}  # the Model's own stays
+    own = {"spec": {"url": "hf://o/m", "env": {"HF_TOKEN": "x"}}}
+    assert not c.for_model(SPEC, own) and c.for_model(SPEC, own).layer == "object"
+    # an adapter URL on the same Model
+    assert c.for_model(SPEC, model, url="gs://b/adapter").volumes[0]["name"] == "aim-gcs-credentials"

@@ -13,6 +13,7 @@ import pytest
 
 from kaiwo_ctrl.aim import controller as aim
 from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
 from support import eventually
@@ -133,7 +134,13 @@ async def test_routes_grant_and_status_follow_models_and_gateway(aim_operator, a
     await wait_condition(admin, namespace, "Ready", "True")
     st = get(admin, config_url(namespace, "tenant"))["status"]
     assert (st["models"], st["routes"], st["observedGeneration"]) == (2, 2, 1)
-    await eventually(lambda: "RouteCreated" in reasons(admin, namespace), what="RouteCreated event")
+    await eventually(lambda: reasons(admin, namespace).count("RouteCreated") == 2, what="RouteCreated events")
+    # a reconcile that finds nothing changed writes nothing
+    ctl = next(c for c in aim_operator.controllers if c.name == aim.CONTROLLER_NAME)
+    writes, done = aim_operator.client.writes, ctl.reconciles
+    ctl.enqueue(Request(namespace, aim.KEY))
+    await eventually(lambda: ctl.reconciles > done, what="one more reconcile")
+    assert aim_operator.client.writes == writes
 
     # the Model goes, its route goes (no garbage collector runs here: the controller removes it)
     assert admin.delete(f"/apis/kubeai.org/v1/namespaces/{namespace}/models/qwen").status_code == 200

@@ -159,7 +159,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))")),
     ),
     Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
-    Rule(GATEWAY, "httproutes", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model"),
+    Rule(GATEWAY, "httproutes", ("get", "list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model (get: whose is a route name already taken)"),
     Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),

@@ -46,6 +46,7 @@ from .routes import (
     desired_route,
     gateway_of,
     grant_name,
+    is_ours,
 )
 from .status import Observed, desired_status
 
@@ -61,6 +62,8 @@ REFERENCEGRANTS = Resource("gateway.networking.k8s.io", "v1beta1", "referencegra
 OURS = f"{LABEL_MANAGED}={MANAGED_BY}"
 #: Seconds events are collected before the namespace is reconciled.
 DEBOUNCE = 0.2
+#: Seconds until a route name held by an HTTPRoute we did not make is tried again.
+TAKEN_RETRY = 60.0
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -112,7 +115,8 @@ class AIMReconciler:
         self.gateways = cache.informer(GATEWAYS, transform=trim_gateway)
         self.jobs = cache.informer(KAIWOJOBS)
         self.services = cache.informer(KAIWOSERVICES)
-        #: (namespace, name) -> (uid, status) last written, so a lagging cache never causes a second write
+        #: (namespace, name) -> (resourceVersion written over, status written): while the cache
+        #: still shows the object as it was before our write, the same write is not sent again
         self._written: dict[tuple[str, str], tuple[str, dict]] = {}
 
     # ------------------------------------------------------------------ mapping
@@ -142,7 +146,7 @@ class AIMReconciler:
             for m in models:
                 route = desired_route(m, effective, self.operator_ns)
                 desired[route["metadata"]["name"]] = route
-        await self._sync_routes(ns, desired, effective)
+        taken = await self._sync_routes(ns, desired, effective)
         await self._sync_grant(ns, bool(desired))
         gateway_exists = gateway is not None and self.gateways.get(gateway[1], gateway[0]) is not None
         routes = tuple(r for r in self.routes.list(ns) if _meta(r).get("name") in desired)
@@ -156,6 +160,7 @@ class AIMReconciler:
                 gateway=gateway_of(config),
                 gateway_exists=gateway_exists,
                 routes=routes,
+                taken=tuple(taken),
                 models=len(models),
                 workloads=workloads,
             )
@@ -163,10 +168,13 @@ class AIMReconciler:
         live = {(ns, _meta(c).get("name")) for c in configs}
         for key in [k for k in self._written if k[0] == ns and k not in live]:
             del self._written[key]
-        return None
+        # a route name held by someone else's HTTPRoute: look again later (we do not watch theirs)
+        return Result(requeue_after=TAKEN_RETRY) if taken else None
 
-    async def _sync_routes(self, ns: str, desired: dict[str, dict], config: Mapping[str, Any] | None) -> None:
+    async def _sync_routes(self, ns: str, desired: dict[str, dict], config: Mapping[str, Any] | None) -> list[str]:
+        """Create, repair and remove our routes; return the names held by routes not ours."""
         existing = {_meta(r).get("name"): r for r in self.routes.list(ns)}
+        taken: list[str] = []
         for name, route in desired.items():
             current = existing.get(name)
             if current is None:
@@ -175,7 +183,10 @@ class AIMReconciler:
                 except ApiError as e:
                     if not e.already_exists:
                         raise
-                    continue  # our cache lags behind our own create
+                    other = await self.client.get_or_none(HTTPROUTES, name, ns)
+                    if other is not None and not is_ours(other):
+                        taken.append(name)  # never overwrite a route somebody else made
+                    continue  # else our cache lags behind our own create
                 self._event(config, route, "RouteCreated", f"HTTPRoute {name} created for Model {name[len(ROUTE_PREFIX):]}")
             elif not contains(current, {k: route[k] for k in ("metadata", "spec")}):
                 patch = {"metadata": {"labels": route["metadata"]["labels"],
@@ -192,6 +203,7 @@ class AIMReconciler:
                     raise
                 continue
             self._event(config, route, "RouteRemoved", f"HTTPRoute {name} removed")
+        return taken
 
     async def _sync_grant(self, ns: str, needed: bool) -> None:
         name = grant_name(ns)
@@ -216,11 +228,10 @@ class AIMReconciler:
 
     async def _write_status(self, config: Mapping[str, Any], seen: Observed) -> None:
         meta = _meta(config)
-        key, uid = (meta.get("namespace") or "", meta.get("name") or ""), meta.get("uid") or ""
+        key, rv = (meta.get("namespace") or "", meta.get("name") or ""), meta.get("resourceVersion") or ""
         stored = config.get("status") or {}
         new = desired_status(key[1], stored, seen, datetime.now(timezone.utc))
-        last = self._written.get(key)
-        if new == stored or (last is not None and last == (uid, new)):
+        if new == stored or self._written.get(key) == (rv, new):
             return
         try:
             await self.client.patch_status(AIMNAMESPACECONFIGS, key[1], {"status": new}, key[0])
@@ -228,7 +239,7 @@ class AIMReconciler:
             if e.not_found:
                 return
             raise
-        self._written[key] = (uid, new)
+        self._written[key] = (rv, new)
 
     def _event(self, config: Mapping[str, Any] | None, route: Mapping[str, Any], reason: str, message: str) -> None:
         target = config

@@ -38,6 +38,7 @@ class Observed:
     gateway: tuple[str, str] | None = None  # (namespace, name) when spec.gateway is set
     gateway_exists: bool = False
     routes: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    taken: tuple[str, ...] = ()  # route names held by HTTPRoutes kaiwo-ctrl did not make
     models: int = 0
     workloads: int = 0
 
@@ -60,7 +61,12 @@ def _conditions(name: str, seen: Observed) -> list[tuple[str, str, str, str]]:
     else:
         out.append((GATEWAY_FOUND, "True", "Found", f"Gateway {gw} exists"))
     refused, waiting = not_accepted(seen.routes, seen.gateway)
-    if refused:
+    if seen.taken:
+        taken = sorted(seen.taken)
+        msg = f"HTTPRoute name(s) already used by routes kaiwo-ctrl did not make: {names_list(taken)}"
+        routes = (ROUTES_ACCEPTED, "False", "RouteNameTaken", msg)
+        refused = refused + taken
+    elif refused:
         routes = (ROUTES_ACCEPTED, "False", "NotAccepted", f"not accepted by {gw}: {names_list(refused)}")
     elif waiting:
         routes = (ROUTES_ACCEPTED, "Unknown", "Pending", f"no verdict from {gw} yet: {names_list(waiting)}")

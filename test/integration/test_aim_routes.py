@@ -172,6 +172,15 @@ async def test_gateway_namespace_defaults_and_config_deletion(aim_operator, admi
     # a Model created later gets its route too
     create_model(admin, namespace, "later")
     await eventually(lambda: get(admin, route_url(namespace, "model-later")), what="route of a later Model")
+    # a route name somebody else already uses is reported, and their route left alone
+    theirs = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "model-taken"},
+              "spec": {"parentRefs": [{"name": "elsewhere"}]}}
+    assert admin.post(route_url(namespace), json=theirs).status_code == 201
+    create_model(admin, namespace, "taken")
+    blocked = await wait_condition(admin, namespace, "RoutesAccepted", "False")
+    assert blocked[1] == "RouteNameTaken" and "model-taken" in blocked[2]
+    assert get(admin, route_url(namespace, "model-taken"))["spec"]["parentRefs"][0]["name"] == "elsewhere"
+    assert admin.delete(route_url(namespace, "model-taken")).status_code == 200
     # deleting the config stops exposure
     assert admin.delete(config_url(namespace, "tenant")).status_code == 200
     await eventually(lambda: not admin.get(route_url(namespace)).json()["items"], what="routes removed with the config")

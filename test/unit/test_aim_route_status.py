@@ -112,3 +112,10 @@ def test_status_unchanged_is_equal_and_keeps_transition_times():
     first = desired_status("tenant", None, seen, NOW)
     again = desired_status("tenant", first, seen, NOW + timedelta(hours=1))
     assert again == first
+
+
+def test_status_route_name_taken_is_reported():
+    seen = Observed(in_force_name="tenant", gateway=("g", "kgw"), gateway_exists=True, taken=("model-x",))
+    c = conds(desired_status("tenant", None, seen, NOW))
+    assert c["RoutesAccepted"][:2] == ("False", "RouteNameTaken") and "model-x" in c["RoutesAccepted"][2]
+    assert c["Ready"][:2] == ("False", "RoutesNotAccepted")

@@ -242,6 +242,7 @@ class AIMReconciler:
         self._written[key] = (rv, new)
 
     def _event(self, config: Mapping[str, Any] | None, route: Mapping[str, Any], reason: str, message: str) -> None:
+        log.info(message, extra={"reason": reason, "route": _meta(route).get("name")})
         target = config
         if target is None:  # no config any more: tell the Model's owner instead
             refs = _meta(route).get("ownerReferences") or []

@@ -18,7 +18,7 @@ from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
 from support import eventually
 from test_aim_workloads import config_url, create_config
-from test_workloads_support import MERGE, conditions, get
+from test_workloads_support import MERGE, conditions, create_kaiwo, get
 
 pytestmark = pytest.mark.integration
 
@@ -169,6 +169,10 @@ async def test_gateway_namespace_defaults_and_config_deletion(aim_operator, admi
     route = await eventually(lambda: get(admin, route_url(namespace, "model-m")), what="route")
     assert route["spec"]["parentRefs"][0]["namespace"] == namespace
     await eventually(lambda: get(admin, grant_url(operator_ns, namespace)), what="grant")
+    # the workloads of the namespace are counted
+    create_kaiwo(admin, "KaiwoJob", namespace, "w", image="busybox")
+    await eventually(lambda: (get(admin, config_url(namespace, "tenant")).get("status") or {}).get("workloads") == 1,
+                     what="workloads counted")
     # a Model created later gets its route too
     create_model(admin, namespace, "later")
     await eventually(lambda: get(admin, route_url(namespace, "model-later")), what="route of a later Model")

@@ -156,3 +156,16 @@ async def test_oldest_config_applies(operator, admin, namespace):
     create_kaiwo(admin, "KaiwoJob", namespace, "j", image="busybox", entrypoint="sleep 1")
     job = await wait_object(admin, job_url(namespace, "j"), what="Job")
     assert pod_spec(job)["imagePullSecrets"] == [{"name": "first"}]
+
+
+async def test_credentials_change_on_an_existing_download_job_is_reported(operator, admin, namespace):
+    storage = {"storageEnabled": True, "huggingFace": {"storageSize": "1Gi", "preCacheRepos": [{"repoId": "org/model"}]}}
+    create_kaiwo(admin, "KaiwoJob", namespace, "late", image="busybox", storage=storage)
+    job = await wait_object(admin, job_url(namespace, "late-download"), what="download Job")
+    assert "HF_TOKEN" not in env_refs(pod_spec(job))
+    create_config(admin, namespace, credentials={"huggingFaceToken": ref("hf-creds", "token")})
+    st = await eventually(lambda: (s := status_of(admin, "KaiwoJob", namespace, "late"))
+                          and "SpecChangeNotApplied" in conditions(s) and s, what="SpecChangeNotApplied")
+    value, reason, message = conditions(st)["SpecChangeNotApplied"]
+    assert (value, reason) == ("True", "ImmutableFieldChanged") and "HF_TOKEN" in message
+    assert get(admin, job_url(namespace, "late-download"))["metadata"]["uid"] == job["metadata"]["uid"]

@@ -118,6 +118,8 @@ class AIMReconciler:
         #: (namespace, name) -> (resourceVersion written over, status written): while the cache
         #: still shows the object as it was before our write, the same write is not sent again
         self._written: dict[tuple[str, str], tuple[str, dict]] = {}
+        #: (namespace, route name) held by an HTTPRoute we did not make
+        self._taken: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ mapping
     def gateway_users(self, gateway: Mapping[str, Any]) -> Iterable[Request]:
@@ -178,15 +180,18 @@ class AIMReconciler:
         for name, route in desired.items():
             current = existing.get(name)
             if current is None:
+                if (ns, name) in self._taken and await self._held_by_others(ns, name):
+                    taken.append(name)  # still theirs: read, do not retry the create
+                    continue
                 try:
                     await self.client.create(HTTPROUTES, route, ns)
                 except ApiError as e:
                     if not e.already_exists:
                         raise
-                    other = await self.client.get_or_none(HTTPROUTES, name, ns)
-                    if other is not None and not is_ours(other):
+                    if await self._held_by_others(ns, name):
                         taken.append(name)  # never overwrite a route somebody else made
                     continue  # else our cache lags behind our own create
+                self._taken.discard((ns, name))
                 self._event(config, route, "RouteCreated", f"HTTPRoute {name} created for Model {name[len(ROUTE_PREFIX):]}")
             elif not contains(current, {k: route[k] for k in ("metadata", "spec")}):
                 patch = {"metadata": {"labels": route["metadata"]["labels"],
@@ -204,6 +209,12 @@ class AIMReconciler:
                 continue
             self._event(config, route, "RouteRemoved", f"HTTPRoute {name} removed")
         return taken
+
+    async def _held_by_others(self, ns: str, name: str) -> bool:
+        other = await self.client.get_or_none(HTTPROUTES, name, ns)
+        held = other is not None and not is_ours(other)
+        (self._taken.add if held else self._taken.discard)((ns, name))
+        return held
 
     async def _sync_grant(self, ns: str, needed: bool) -> None:
         name = grant_name(ns)

@@ -138,10 +138,11 @@ KINDS: tuple[KindInfo, ...] = (
         singular="aimnamespaceconfig",
         short_names=("aimnsc",),
         categories=("kaiwo",),
-        status_subresource=False,
+        status_subresource=True,
         printer_columns=(
             {"name": "Gateway", "type": "string", "jsonPath": ".spec.gateway.name"},
             {"name": "GatewayNamespace", "type": "string", "jsonPath": ".spec.gateway.namespace"},
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
             AGE_COLUMN,
         ),
     ),

@@ -31,6 +31,14 @@ async def build_operator(
 
     queues.setup(mgr, tracer=tracer)
     workloads.setup(mgr, workers=workers, tracer=tracer)
+    from kaiwo_ctrl.aim import controller as aim
+
+    # Credentials and pull secrets apply through the workload builders either way;
+    # gateway exposure needs the Gateway API CRDs.
+    if await aim.gateway_api_served(mgr):
+        aim.setup(mgr, tracer=tracer)
+    else:
+        log.warning("Gateway API (httproutes, gateways, referencegrants) not served: AIMNamespaceConfig gateway exposure and status are off")
     from kaiwo_ctrl.monitoring import setup as monitoring_setup
 
     monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up

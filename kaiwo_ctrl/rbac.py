@@ -61,6 +61,7 @@ KAIWO = "kaiwo.silogen.ai"
 CONFIG = "config.kaiwo.silogen.ai"
 KUEUE = "kueue.x-k8s.io"
 KUBEAI = "kubeai.org"
+GATEWAY = "gateway.networking.k8s.io"
 
 #: The ClusterRole of the operator (``config/rbac/role.yaml``).
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -157,6 +158,13 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
         evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
     ),
+    Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads read the effective config"),
+    Rule(CONFIG, "aimnamespaceconfigs/status", ("patch",), "aim/controller.py: status patch"),
+    # --- KubeAI and Gateway API (AIMNamespaceConfig gateway exposure) ----------
+    # (models list/watch and models/finalizers: see the KubeAI section below)
+    Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
+    Rule(GATEWAY, "httproutes", ("get", "list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model (get: whose is a route name already taken)"),
+    Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "clusterqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
@@ -183,7 +191,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("list", "watch", "patch"),
         "serving/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch); "
         "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling); "
-        "serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset (no scale subresource then)",
+        "serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset (no scale subresource then); "
+        "aim/controller.py: Model informer (one HTTPRoute per Model)",
     ),
     Rule(KUBEAI, "models/status", ("patch",), "serving/controller.py: replicas, cache and conditions"),
     Rule(
@@ -196,8 +205,13 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         KUBEAI,
         "models/finalizers",
         ("update",),
-        "serving/: server Pods, files ConfigMaps and cache Jobs carry a controller owner reference (blockOwnerDeletion) to their Model",
-        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/serving/pods.py", "LABEL_MODEL")),
+        "serving/: server Pods, files ConfigMaps and cache Jobs, and aim/routes.py: HTTPRoutes, carry a controller owner "
+        "reference (blockOwnerDeletion) to their Model",
+        evidence=(
+            ("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"),
+            ("kaiwo_ctrl/serving/pods.py", "LABEL_MODEL"),
+            ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))"),
+        ),
     ),
 )
 

@@ -9,7 +9,7 @@ from pydantic import model_validator
 
 from api.base import ApiModel
 from api.fields import field
-from api.meta import SIMPLE_DURATION_PATTERN, DURATION_PATTERN, KubeObject
+from api.meta import SIMPLE_DURATION_PATTERN, DURATION_PATTERN, Condition, KubeObject
 
 GROUP = "config.kaiwo.silogen.ai"
 VERSION = "v1alpha1"
@@ -255,6 +255,20 @@ class AIMNamespaceConfigSpec(ApiModel):
     images: AIMNamespaceImageConfig | None = field(None, description="Image pull settings for AIM images.")
 
 
+class AIMNamespaceConfigStatus(ApiModel):
+    """Observed state of an AIMNamespaceConfig (written by kaiwo-ctrl)."""
+
+    conditions: list[Condition] | None = field(
+        None, description="Ready, GatewayFound, RoutesAccepted and Conflict."
+    )
+    observed_generation: int | None = field(None, description="The metadata.generation this status describes.")
+    models: int | None = field(None, description="Models in the namespace that use this config.")
+    workloads: int | None = field(
+        None, description="KaiwoJobs and KaiwoServices in the namespace that use this config."
+    )
+    routes: int | None = field(None, description="HTTPRoutes kaiwo-ctrl maintains for this config.")
+
+
 class AIMNamespaceConfig(KubeObject):
     """Credentials and routing for AIM workloads in one namespace."""
 
@@ -267,6 +281,7 @@ class AIMNamespaceConfig(KubeObject):
     spec: AIMNamespaceConfigSpec = field(
         default_factory=AIMNamespaceConfigSpec, description="Gateway, credentials and image settings."
     )
+    status: AIMNamespaceConfigStatus | None = field(None, description="Observed state, written by kaiwo-ctrl.")
 
 
 class _ListBase(ApiModel):
@@ -295,6 +310,7 @@ __all__ = [
     "AIMNamespaceConfig",
     "AIMNamespaceConfigList",
     "AIMNamespaceConfigSpec",
+    "AIMNamespaceConfigStatus",
     "AIMNamespaceCredentials",
     "AIMNamespaceImageConfig",
     "AIMS3Credential",

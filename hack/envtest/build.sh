@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}/envtest"
 bin_stamp=$(printf '%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" | cat - "$here/k8s/go.sum" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
-crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$KWOK_VERSION" | sha256sum | cut -c1-12)
+crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$KWOK_VERSION" referencegrants | sha256sum | cut -c1-12)
 bin="$cache_root/bin-${K8S_VERSION}-${bin_stamp}"
 crds="$cache_root/crds-${crd_stamp}"
 assets="$cache_root/assets-${bin_stamp}-${crd_stamp}"
@@ -67,7 +67,7 @@ if [ ! -f "$crds/.done" ]; then
   d=$(modir "github.com/project-codeflare/appwrapper@${APPWRAPPER_VERSION}")
   cp "$d/config/crd/bases/workload.codeflare.dev_appwrappers.yaml" "$crds/crds/"
   d=$(modir "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}")
-  for k in gatewayclasses gateways httproutes; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/crds/"; done
+  for k in gatewayclasses gateways httproutes referencegrants; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/crds/"; done
   # kwok's stock "fast" stages: node init + heartbeat, pod ready/complete/delete
   d=$(modir "sigs.k8s.io/kwok@${KWOK_VERSION}")
   : > "$crds/kwok-stages.yaml"

@@ -55,7 +55,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kaiwo_ctrl.aim.effective import effective_by_namespace
 from kaiwo_ctrl.kinds import (
+    AIMNAMESPACECONFIGS,
     APPWRAPPERS,
     CLUSTERQUEUES,
     KAIWOJOBS,
@@ -78,7 +80,7 @@ from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate, ResourceVersionChanged
+from kaiwo_ctrl.runtime.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.runtime.resources import CONFIGMAPS, DEPLOYMENTS, JOBS, PODS, PRIORITYCLASSES, PVCS
 from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX, index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
@@ -321,6 +323,7 @@ class SharedCaches:
         self.wpcs = mgr.cache.informer(WORKLOADPRIORITYCLASSES)
         self.pcs = mgr.cache.informer(PRIORITYCLASSES)
         self.cluster_queues = mgr.cache.informer(CLUSTERQUEUES)
+        self.aim_configs = mgr.cache.informer(AIMNAMESPACECONFIGS)
         self.children: dict[str, Informer] = {
             "PersistentVolumeClaim": mgr.cache.informer(PVCS),
             "ConfigMap": _informer(mgr, CONFIGMAPS, transform=trim_configmap),
@@ -341,7 +344,7 @@ class SharedCaches:
         self._world: World | None = None
         self._world_key: tuple | None = None
         bump = _Bump(self)
-        for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs):
+        for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs, self.aim_configs):
             inf.add_handler(bump)
         self.recent = RecentWrites()
         #: (kind, namespace, name) -> (resourceVersion written over, status written)
@@ -364,6 +367,7 @@ class SharedCaches:
                 workload_priority_classes=[_meta(o).get("name") for o in self.wpcs.list()],
                 priority_classes=[_meta(o).get("name") for o in self.pcs.list()],
                 downloader_image=self.downloader_image,
+                aim_configs=effective_by_namespace(self.aim_configs.list()),
             )
             self._world_key = key
         return self._world
@@ -887,6 +891,13 @@ def _map_to_in_error(inf: Informer):
     return fn
 
 
+def _namespace_members(inf: Informer):
+    def fn(obj: Any) -> Iterable[Request]:
+        return [Request.of(o) for o in inf.list(_meta(obj).get("namespace") or "")]
+
+    return fn
+
+
 def _node_capacity(node: Mapping[str, Any]) -> Any:
     """What of a Node the GPU statistics read (heartbeats change none of it)."""
     return (
@@ -983,6 +994,8 @@ def setup(
         ctl.watches(shared.queue_configs, in_error, predicates=[ResourceVersionChanged()])
         ctl.watches(shared.settings.informer, in_error, predicates=[ResourceVersionChanged()])
         ctl.watches(shared.nodes, in_error, predicates=[FieldsChanged(_node_capacity)])
+        # credentials and pull secrets of the namespace's AIMNamespaceConfig reach its workloads live
+        ctl.watches(shared.aim_configs, _namespace_members(shared.own[kind]), predicates=[GenerationChanged()])
         out[kind] = rec
     return out
 

@@ -18,6 +18,8 @@ from .labels import (
 )
 from .resources import apply_to_container, apply_to_init_container, container_requests_gpu, resource_template
 from .storage import SECURITY_CONTEXT, StoragePlan
+from kaiwo_ctrl.aim.credentials import pull_secrets
+
 from .world import World
 
 DSHM_VOLUME = "dshm"
@@ -137,6 +139,9 @@ def decorate_pod_template(
     if spec_.get("imagePullSecrets"):
         pod["imagePullSecrets"] = list(pod.get("imagePullSecrets") or [])
         _append_unique(pod["imagePullSecrets"], [dict(s) for s in spec_["imagePullSecrets"]])
+    # The namespace's AIMNamespaceConfig adds its pull secrets after the object's own.
+    if pulls := pull_secrets(world.aim_config(obj.namespace), pod.get("imagePullSecrets")):
+        pod["imagePullSecrets"] = pulls
     volumes: list[dict] = list(pod.get("volumes") or [])
     new_volumes: list[dict] = []
     if storage.data_requested:

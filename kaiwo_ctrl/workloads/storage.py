@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
+from kaiwo_ctrl.aim.credentials import download_env, env_names, fill_download_items
 from kaiwo_ctrl.download.config import DownloadConfig
 
 from .kaiwoobject import KaiwoObject
@@ -65,6 +66,8 @@ class StoragePlan:
         hf_requested = bool(hf.get("storageSize"))
         download = data.get("download") or {}
         objects = {k: download[k] for k in OBJECT_DOWNLOAD_KINDS if download.get(k)} if data_requested else {}
+        # Items naming no Secret of their own use the namespace's AIMNamespaceConfig.
+        objects = fill_download_items(world.aim_config(obj.namespace), objects) or {}
         # Decision §11: HF repos without an HF storageSize are ignored.
         repos = tuple(hf.get("preCacheRepos") or ()) if hf_requested else ()
         return cls(
@@ -152,6 +155,8 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
             {"name": volume, "secret": {"secretName": secret_name, "items": [{"key": k, "path": k} for k in keys]}}
         )
         mounts.append({"name": volume, "mountPath": f"{SECRETS_ROOT}/{secret_name}"})
+    # HF_TOKEN from the namespace's AIMNamespaceConfig unless spec.env sets one.
+    env += download_env(world.aim_config(obj.namespace), hf=plan.has_hf_downloads, own_env=env_names(obj.spec.get("env")))
     env += [dict(e) for e in obj.spec.get("env") or []]
     container: dict[str, Any] = {
         "name": DOWNLOADER_CONTAINER,

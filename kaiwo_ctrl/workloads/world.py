@@ -9,13 +9,14 @@ The reconciler fills a ``World`` from its informer caches:
 * ``queue_config``: the ``spec`` of KaiwoQueueConfig ``kaiwo`` (``None`` if absent),
 * ``workload_priority_classes`` / ``priority_classes``: names of the Kueue
   WorkloadPriorityClasses and scheduling.k8s.io PriorityClasses that exist,
-* ``downloader_image``: the operator's own image (the download Job runs it).
+* ``downloader_image``: the operator's own image (the download Job runs it),
+* ``aim_configs``: namespace -> its effective AIMNamespaceConfig (object or spec).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -90,10 +91,15 @@ class World:
     workload_priority_classes: frozenset[str] = frozenset()
     priority_classes: frozenset[str] = frozenset()
     downloader_image: str = DEFAULT_DOWNLOADER_IMAGE
+    aim_configs: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
     def settings(self) -> Settings:
         return Settings.from_config(self.config)
+
+    def aim_config(self, namespace: str) -> Any:
+        """The effective AIMNamespaceConfig of ``namespace`` (None if it has none)."""
+        return self.aim_configs.get(namespace)
 
     @property
     def nodes_known(self) -> bool:
@@ -109,6 +115,7 @@ class World:
         workload_priority_classes: Iterable[str] = (),
         priority_classes: Iterable[str] = (),
         downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+        aim_configs: Mapping[str, Any] | None = None,
     ) -> World:
         """Build from plain dicts (tests, ``render``). ``config`` and
         ``queue_config`` may be whole objects or just their ``spec``."""
@@ -125,4 +132,5 @@ class World:
             workload_priority_classes=frozenset(workload_priority_classes),
             priority_classes=frozenset(priority_classes),
             downloader_image=downloader_image,
+            aim_configs=dict(aim_configs or {}),
         )

@@ -179,3 +179,7 @@ def test_samples_are_valid_and_consistent():
     for f in qc.spec.resource_flavors or []:
         assert f.node_labels == {"kaiwo/nodepool": f.name}
     assert [cq.name for cq in qc.spec.cluster_queues or []] == ["kaiwo"]
+    from api.config.v1alpha1 import AIMNamespaceConfig
+
+    aim = AIMNamespaceConfig.model_validate(one(docs, "AIMNamespaceConfig"))
+    assert aim.metadata.namespace == ns and aim.spec.gateway.name

@@ -1,0 +1,296 @@
+"""The AIMNamespaceConfig controller: gateway routes, grants and status.
+
+One reconcile per *tenant namespace* (request ``<namespace>/aim``): it reads
+the namespace's configs, Models and our HTTPRoutes from the caches, then
+
+1. keeps one HTTPRoute per Model while the effective config names a gateway
+   (creating, repairing and removing routes; an event on the config for each
+   create and remove),
+2. keeps the ReferenceGrant in the operator namespace while any route of the
+   tenant namespace needs it,
+3. writes each config's status (conditions, observedGeneration, counts) when it
+   differs.
+
+Triggers: configs (spec changes, create, delete), Models (create, delete),
+our routes (any change: status is what RoutesAccepted reports), our grants,
+Gateways (create, delete), and Kaiwo workloads (create, delete: the counts).
+Nothing is written when nothing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODELS
+from kaiwo_ctrl.runtime.apply import contains
+from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
+from kaiwo_ctrl.runtime.resources import discover
+
+from .effective import resolve
+from .routes import (
+    LABEL_MANAGED,
+    LABEL_TENANT,
+    MANAGED_BY,
+    ROUTE_PREFIX,
+    desired_grant,
+    desired_route,
+    gateway_of,
+    grant_name,
+    is_ours,
+)
+from .status import Observed, desired_status
+
+log = logging.getLogger("kaiwo_ctrl.aim")
+
+CONTROLLER_NAME = "aimnamespaceconfig"
+COMPONENT = "aimnamespaceconfig-controller"
+KEY = "aim"  # the name part of every request: one reconcile per namespace
+
+HTTPROUTES = Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+GATEWAYS = Resource("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
+REFERENCEGRANTS = Resource("gateway.networking.k8s.io", "v1beta1", "referencegrants", "ReferenceGrant")
+OURS = f"{LABEL_MANAGED}={MANAGED_BY}"
+#: Seconds events are collected before the namespace is reconciled.
+DEBOUNCE = 0.2
+#: Seconds until a route name held by an HTTPRoute we did not make is tried again.
+TAKEN_RETRY = 60.0
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def operator_namespace() -> str:
+    """The operator's namespace: ``POD_NAMESPACE``, the service account's, else ``kaiwo-system``."""
+    ns = os.environ.get("POD_NAMESPACE", "").strip()
+    if not ns and _SA_NAMESPACE.is_file():
+        ns = _SA_NAMESPACE.read_text().strip()
+    return ns or "kaiwo-system"
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _ns_request(obj: Mapping[str, Any]) -> Iterable[Request]:
+    ns = _meta(obj).get("namespace")
+    return [Request(ns, KEY)] if ns else []
+
+
+def trim_gateway(obj: dict) -> dict:
+    """Only a Gateway's existence matters here."""
+    meta = obj.get("metadata") or {}
+    keep = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
+    return {"apiVersion": obj.get("apiVersion"), "kind": "Gateway", "metadata": keep}
+
+
+class _ComesOrGoes(Predicate):
+    """Creates and deletes pass; updates only when deletion starts."""
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return _meta(old).get("deletionTimestamp") != _meta(new).get("deletionTimestamp")
+
+
+def _not_status(obj: Mapping[str, Any]) -> Any:
+    return (_meta(obj).get("generation"), _meta(obj).get("deletionTimestamp"), _meta(obj).get("labels"))
+
+
+class AIMReconciler:
+    def __init__(self, mgr: Manager, operator_ns: str) -> None:
+        self.client = mgr.client
+        self.operator_ns = operator_ns
+        self.recorder = mgr.recorder.for_component(COMPONENT)
+        cache = mgr.cache
+        self.configs = cache.informer(AIMNAMESPACECONFIGS)
+        self.models = cache.informer(MODELS)
+        self.routes = cache.informer(HTTPROUTES, label_selector=OURS)
+        self.grants = cache.informer(REFERENCEGRANTS, namespace=operator_ns, label_selector=OURS)
+        self.gateways = cache.informer(GATEWAYS, transform=trim_gateway)
+        self.jobs = cache.informer(KAIWOJOBS)
+        self.services = cache.informer(KAIWOSERVICES)
+        #: (namespace, name) -> (resourceVersion written over, status written): while the cache
+        #: still shows the object as it was before our write, the same write is not sent again
+        self._written: dict[tuple[str, str], tuple[str, dict]] = {}
+        #: (namespace, route name) held by an HTTPRoute we did not make
+        self._taken: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ mapping
+    def gateway_users(self, gateway: Mapping[str, Any]) -> Iterable[Request]:
+        """Namespaces whose configs name this Gateway."""
+        key = (_meta(gateway).get("namespace") or "", _meta(gateway).get("name") or "")
+        return sorted({Request(_meta(c).get("namespace") or "", KEY) for c in self.configs.list() if gateway_of(c) == key})
+
+    def grant_owner(self, grant: Mapping[str, Any]) -> Iterable[Request]:
+        tenant = (_meta(grant).get("labels") or {}).get(LABEL_TENANT)
+        return [Request(tenant, KEY)] if tenant else []
+
+    def _configured(self, obj: Mapping[str, Any]) -> Iterable[Request]:
+        ns = _meta(obj).get("namespace")
+        return [Request(ns, KEY)] if ns and self.configs.list(ns) else []
+
+    # ------------------------------------------------------------------ reconcile
+    async def __call__(self, req: Request) -> Result | None:
+        ns = req.namespace
+        configs = self.configs.list(ns)
+        res = resolve(configs)
+        effective = res.effective
+        gateway = gateway_of(effective) if effective is not None else None
+        models = [m for m in self.models.list(ns) if not _meta(m).get("deletionTimestamp")]
+        desired = {}
+        if gateway is not None:
+            for m in models:
+                route = desired_route(m, effective, self.operator_ns)
+                desired[route["metadata"]["name"]] = route
+        taken = await self._sync_routes(ns, desired, effective)
+        await self._sync_grant(ns, bool(desired))
+        gateway_exists = gateway is not None and self.gateways.get(gateway[1], gateway[0]) is not None
+        routes = tuple(r for r in self.routes.list(ns) if _meta(r).get("name") in desired)
+        workloads = len(self.jobs.list(ns)) + len(self.services.list(ns))
+        for config in configs:
+            if _meta(config).get("deletionTimestamp"):
+                continue
+            seen = Observed(
+                generation=_meta(config).get("generation") or 0,
+                in_force_name=res.effective_name,
+                gateway=gateway_of(config),
+                gateway_exists=gateway_exists,
+                routes=routes,
+                taken=tuple(taken),
+                models=len(models),
+                workloads=workloads,
+            )
+            await self._write_status(config, seen)
+        live = {(ns, _meta(c).get("name")) for c in configs}
+        for key in [k for k in self._written if k[0] == ns and k not in live]:
+            del self._written[key]
+        # a route name held by someone else's HTTPRoute: look again later (we do not watch theirs)
+        return Result(requeue_after=TAKEN_RETRY) if taken else None
+
+    async def _sync_routes(self, ns: str, desired: dict[str, dict], config: Mapping[str, Any] | None) -> list[str]:
+        """Create, repair and remove our routes; return the names held by routes not ours."""
+        existing = {_meta(r).get("name"): r for r in self.routes.list(ns)}
+        taken: list[str] = []
+        for name, route in desired.items():
+            current = existing.get(name)
+            if current is None:
+                if (ns, name) in self._taken and await self._held_by_others(ns, name):
+                    taken.append(name)  # still theirs: read, do not retry the create
+                    continue
+                try:
+                    await self.client.create(HTTPROUTES, route, ns)
+                except ApiError as e:
+                    if not e.already_exists:
+                        raise
+                    if await self._held_by_others(ns, name):
+                        taken.append(name)  # never overwrite a route somebody else made
+                    continue  # else our cache lags behind our own create
+                self._taken.discard((ns, name))
+                self._event(config, route, "RouteCreated", f"HTTPRoute {name} created for Model {name[len(ROUTE_PREFIX):]}")
+            elif not contains(current, {k: route[k] for k in ("metadata", "spec")}):
+                patch = {"metadata": {"labels": route["metadata"]["labels"],
+                                      "ownerReferences": route["metadata"]["ownerReferences"]},
+                         "spec": route["spec"]}
+                await self.client.patch(HTTPROUTES, name, patch, ns)
+        for name, route in existing.items():
+            if name in desired:
+                continue
+            try:
+                await self.client.delete(HTTPROUTES, name, ns, uid=_meta(route).get("uid"))
+            except ApiError as e:
+                if not (e.not_found or e.conflict):
+                    raise
+                continue
+            self._event(config, route, "RouteRemoved", f"HTTPRoute {name} removed")
+        return taken
+
+    async def _held_by_others(self, ns: str, name: str) -> bool:
+        other = await self.client.get_or_none(HTTPROUTES, name, ns)
+        held = other is not None and not is_ours(other)
+        (self._taken.add if held else self._taken.discard)((ns, name))
+        return held
+
+    async def _sync_grant(self, ns: str, needed: bool) -> None:
+        name = grant_name(ns)
+        current = self.grants.get(name, self.operator_ns)
+        if needed:
+            grant = desired_grant(ns, self.operator_ns)
+            if current is None:
+                try:
+                    await self.client.create(REFERENCEGRANTS, grant, self.operator_ns)
+                except ApiError as e:
+                    if not e.already_exists:
+                        raise
+            elif not contains(current, {k: grant[k] for k in ("metadata", "spec")}):
+                patch = {"metadata": {"labels": grant["metadata"]["labels"]}, "spec": grant["spec"]}
+                await self.client.patch(REFERENCEGRANTS, name, patch, self.operator_ns)
+        elif current is not None:
+            try:
+                await self.client.delete(REFERENCEGRANTS, name, self.operator_ns, uid=_meta(current).get("uid"))
+            except ApiError as e:
+                if not (e.not_found or e.conflict):
+                    raise
+
+    async def _write_status(self, config: Mapping[str, Any], seen: Observed) -> None:
+        meta = _meta(config)
+        key, rv = (meta.get("namespace") or "", meta.get("name") or ""), meta.get("resourceVersion") or ""
+        stored = config.get("status") or {}
+        new = desired_status(key[1], stored, seen, datetime.now(timezone.utc))
+        if new == stored or self._written.get(key) == (rv, new):
+            return
+        try:
+            await self.client.patch_status(AIMNAMESPACECONFIGS, key[1], {"status": new}, key[0])
+        except ApiError as e:
+            if e.not_found:
+                return
+            raise
+        self._written[key] = (rv, new)
+
+    def _event(self, config: Mapping[str, Any] | None, route: Mapping[str, Any], reason: str, message: str) -> None:
+        log.info(message, extra={"reason": reason, "route": _meta(route).get("name")})
+        target = config
+        if target is None:  # no config any more: tell the Model's owner instead
+            refs = _meta(route).get("ownerReferences") or []
+            if not refs:
+                return
+            target = {"apiVersion": refs[0].get("apiVersion"), "kind": refs[0].get("kind"),
+                      "metadata": {"name": refs[0].get("name"), "namespace": _meta(route).get("namespace"),
+                                   "uid": refs[0].get("uid")}}
+        self.recorder.normal(target, reason, message)
+
+
+async def gateway_api_served(mgr: Manager) -> bool:
+    """Whether the cluster serves the Gateway API kinds the controller watches."""
+    for res in (HTTPROUTES, GATEWAYS, REFERENCEGRANTS):
+        try:
+            await discover(mgr.client, res.group, res.version, res.kind)
+        except LookupError:
+            return False
+        except ApiError as e:
+            if e.not_found:
+                return False
+            raise
+    return True
+
+
+def setup(mgr: Manager, *, operator_ns: str | None = None, tracer: Any = None) -> AIMReconciler:
+    """Register the AIMNamespaceConfig controller on ``mgr``."""
+    rec = AIMReconciler(mgr, operator_ns or operator_namespace())
+    ctl = mgr.new_controller(CONTROLLER_NAME, rec, workers=2, tracer=tracer)
+    ctl.watches(rec.configs, _ns_request, predicates=[FieldsChanged(_not_status)], debounce=DEBOUNCE)
+    ctl.watches(rec.models, _ns_request, predicates=[_ComesOrGoes()], debounce=DEBOUNCE)
+    ctl.watches(rec.routes, _ns_request, debounce=DEBOUNCE)
+    ctl.watches(rec.grants, rec.grant_owner, debounce=DEBOUNCE)
+    ctl.watches(rec.gateways, rec.gateway_users, predicates=[_ComesOrGoes()], debounce=DEBOUNCE)
+    for inf in (rec.jobs, rec.services):
+        ctl.watches(inf, rec._configured, predicates=[_ComesOrGoes()], debounce=1.0)
+    return rec
+
+
+__all__ = ["GATEWAYS", "HTTPROUTES", "REFERENCEGRANTS", "AIMReconciler", "operator_namespace", "setup"]

@@ -1,0 +1,140 @@
+"""Gateway exposure of Models (pure): the HTTPRoute per Model, the
+ReferenceGrant per tenant namespace, and what route status says.
+
+* HTTPRoute ``model-<name>`` in the Model's namespace, controlled by the Model,
+  attached to the config's Gateway (namespace defaults to the config's), with
+  one rule: PathPrefix ``/<namespace>/<model>`` -> Service ``kaiwo-proxy`` port
+  80 in the operator's namespace. The proxy serves ``/<namespace>/<model>/v1/...``
+  itself, so no rewrite is needed.
+* A cross-namespace backendRef is only allowed by a ReferenceGrant in the
+  target namespace: one per tenant namespace, in the operator's namespace,
+  named ``aim-routes-<namespace>``, labelled with the tenant namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kaiwo_ctrl.runtime.ownership import owner_reference
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+ROUTE_API = f"{GATEWAY_GROUP}/v1"
+#: v1beta1 is served by every Gateway API release that has ReferenceGrant
+#: (v1 only since 1.5), so gateways on older clusters understand it too.
+GRANT_API = f"{GATEWAY_GROUP}/v1beta1"
+PROXY_SERVICE, PROXY_PORT = "kaiwo-proxy", 80
+ROUTE_PREFIX = "model-"
+GRANT_PREFIX = "aim-routes-"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kaiwo-ctrl"
+#: On a ReferenceGrant: the tenant namespace whose routes it admits.
+LABEL_TENANT = "aim.kaiwo.silogen.ai/tenant-namespace"
+#: On an HTTPRoute: the AIMNamespaceConfig it was made for.
+LABEL_CONFIG = "aim.kaiwo.silogen.ai/config"
+
+Obj = Mapping[str, Any]
+
+
+def _meta(obj: Obj | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def route_name(model: str) -> str:
+    # Model names are DNS-1123 labels (<= 63 chars in practice for Pods); a
+    # route name may be a 253-char subdomain, so the prefix always fits.
+    return f"{ROUTE_PREFIX}{model}"
+
+
+def grant_name(tenant_namespace: str) -> str:
+    return f"{GRANT_PREFIX}{tenant_namespace}"
+
+
+def gateway_of(config: Obj) -> tuple[str, str] | None:
+    """(namespace, name) of the config's Gateway, or None when exposure is off."""
+    gw = (config.get("spec") or {}).get("gateway") or {}
+    name = (gw.get("name") or "").strip()
+    if not name:
+        return None
+    return ((gw.get("namespace") or "").strip() or _meta(config).get("namespace") or "", name)
+
+
+def desired_route(model: Obj, config: Obj, operator_namespace: str) -> dict[str, Any]:
+    meta = _meta(model)
+    ns, name = meta.get("namespace") or "", meta.get("name") or ""
+    gw_ns, gw_name = gateway_of(config) or ("", "")
+    return {
+        "apiVersion": ROUTE_API,
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": route_name(name),
+            "namespace": ns,
+            "labels": {LABEL_MANAGED: MANAGED_BY, LABEL_CONFIG: _meta(config).get("name") or ""},
+            "ownerReferences": [owner_reference(dict(model))],
+        },
+        "spec": {
+            "parentRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw_ns, "name": gw_name}],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{name}"}}],
+                    "backendRefs": [
+                        {"group": "", "kind": "Service", "name": PROXY_SERVICE, "namespace": operator_namespace,
+                         "port": PROXY_PORT}
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def desired_grant(tenant_namespace: str, operator_namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": GRANT_API,
+        "kind": "ReferenceGrant",
+        "metadata": {
+            "name": grant_name(tenant_namespace),
+            "namespace": operator_namespace,
+            "labels": {LABEL_MANAGED: MANAGED_BY, LABEL_TENANT: tenant_namespace},
+        },
+        "spec": {
+            "from": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "namespace": tenant_namespace}],
+            "to": [{"group": "", "kind": "Service", "name": PROXY_SERVICE}],
+        },
+    }
+
+
+def is_ours(obj: Obj) -> bool:
+    return (_meta(obj).get("labels") or {}).get(LABEL_MANAGED) == MANAGED_BY
+
+
+def route_accepted(route: Obj, gateway: tuple[str, str]) -> bool | None:
+    """Accepted condition of the route's status entry for ``gateway``:
+    True/False, or None when no gateway controller has reported yet."""
+    gw_ns, gw_name = gateway
+    route_ns = _meta(route).get("namespace") or ""
+    for parent in (route.get("status") or {}).get("parents") or ():
+        ref = parent.get("parentRef") or {}
+        if ref.get("name") != gw_name or (ref.get("namespace") or route_ns) != gw_ns:
+            continue
+        for cond in parent.get("conditions") or ():
+            if cond.get("type") == "Accepted":
+                return cond.get("status") == "True"
+    return None
+
+
+def not_accepted(routes: Iterable[Obj], gateway: tuple[str, str]) -> tuple[list[str], list[str]]:
+    """(names refused, names without a verdict yet), each sorted."""
+    refused, waiting = [], []
+    for r in routes:
+        verdict = route_accepted(r, gateway)
+        if verdict is False:
+            refused.append(_meta(r).get("name") or "")
+        elif verdict is None:
+            waiting.append(_meta(r).get("name") or "")
+    return sorted(refused), sorted(waiting)
+
+
+def names_list(names: list[str], limit: int = 10) -> str:
+    """A bounded, human list of names."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

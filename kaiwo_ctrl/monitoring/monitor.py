@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from api.meta import parse_duration
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
 from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.resources import PODS
@@ -116,8 +117,8 @@ class ResourceMonitor:
         self.pods: Informer = mgr.cache.informer(PODS, transform=trim_pod, label_selector=LABEL_RUN_ID)
         self.own: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
-        #: (kind, namespace, name) -> (resourceVersion written over, object returned)
-        self._recent: dict[tuple[str, str, str], tuple[str, dict]] = {}
+        #: read-your-writes, shared with the workload reconcilers
+        self.expectations = expectations_for(mgr)
         self.ticks = 0
         self.status_writes = 0
         self.last_error: str | None = None
@@ -173,24 +174,12 @@ class ResourceMonitor:
         now = self.clock()
         for ref, group in groups.items():
             await self._handle(ref, group, settings, now)
-        # remembered writes only matter for workloads still being reported
-        keep = {(ref.kind, ref.namespace, ref.name) for ref in groups}
-        for key in [k for k in self._recent if k not in keep]:
-            del self._recent[key]
 
     # -------------------------------------------------------------- workload
     def _workload(self, ref: WorkloadRef) -> dict | None:
         """From the cache, or what we last wrote while the cache lags behind it."""
         cached = self.own[ref.kind].get(ref.name, ref.namespace)
-        key = (ref.kind, ref.namespace, ref.name)
-        entry = self._recent.get(key)
-        if entry is None:
-            return cached
-        base_rv, written = entry
-        if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == base_rv:
-            return written
-        del self._recent[key]
-        return cached
+        return self.expectations.view((ref.kind, ref.namespace, ref.name), cached)
 
     async def _handle(self, ref: WorkloadRef, samples: list, settings: MonitoringSettings, now: datetime) -> None:
         workload = self._workload(ref)
@@ -211,7 +200,7 @@ class ResourceMonitor:
                     return
                 raise
             self.status_writes += 1
-            self._recent[(ref.kind, ref.namespace, ref.name)] = (rv or "", result)
+            self.expectations.wrote((ref.kind, ref.namespace, ref.name), rv, result)
             workload = result
             if decision.terminating:
                 log.info("workload flagged for termination: GPUs underutilized", extra={"workload": f"{ref.namespace}/{ref.name}"})

@@ -184,15 +184,20 @@ class _Pruner:
         self.owner.forget((self.kind, m.get("namespace") or "", m.get("name") or ""))
 
 
-_BY_OWNER: weakref.WeakKeyDictionary[Any, Expectations] = weakref.WeakKeyDictionary()
+# id(owner) -> (weak reference to owner, its Expectations); owners (managers)
+# need not be hashable, and an entry goes away with its owner.
+_BY_OWNER: dict[int, tuple[weakref.ref, Expectations]] = {}
 
 
 def expectations_for(owner: Any) -> Expectations:
     """The one :class:`Expectations` of ``owner`` (a manager), made on first use,
     so every writer in a process shares it."""
-    exp = _BY_OWNER.get(owner)
-    if exp is None:
-        exp = _BY_OWNER[owner] = Expectations()
+    entry = _BY_OWNER.get(id(owner))
+    if entry is not None and entry[0]() is owner:
+        return entry[1]
+    exp = Expectations()
+    key = id(owner)
+    _BY_OWNER[key] = (weakref.ref(owner, lambda _r, key=key: _BY_OWNER.pop(key, None)), exp)
     return exp
 
 

@@ -30,6 +30,7 @@ from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.resources import PODS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
+from kaiwo_ctrl.workloads.caches import pod_informer
 
 from .gpu import MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
@@ -102,19 +103,14 @@ class ResourceMonitor:
         clock: Callable[[], datetime] = _utcnow,
         scrape_timeout: float = SCRAPE_TIMEOUT,
     ) -> None:
-        # Imported here: the workload package owns the Pod informer's
-        # registration (label selector + transform); using the very same
-        # arguments makes the cache hand back that one informer.
-        from kaiwo_ctrl.workloads.controller import trim_pod
-        from kaiwo_ctrl.workloads.labels import LABEL_RUN_ID
-
         self.mgr = mgr
         self.endpoint = endpoint
         self.interval = interval
         self.clock = clock
         self.scrape_timeout = scrape_timeout
         self.settings = settings_for(mgr)
-        self.pods: Informer = mgr.cache.informer(PODS, transform=trim_pod, label_selector=LABEL_RUN_ID)
+        # the workload package declares the one Pod informer (selector, transform, indexes)
+        self.pods: Informer = pod_informer(mgr)
         self.own: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
         #: read-your-writes, shared with the workload reconcilers

@@ -10,21 +10,13 @@ from .batchjob import build_batch_job
 from .deployment import build_deployment
 from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
+from .kinds import MAIN_KINDS
 from .podtemplate import EntrypointError
 from .rayjob import build_ray_job
 from .rayservice import build_appwrapper
 from .storage import StoragePlan, storage_children
 from .validation import SpecError, gpu_plan, gpu_stats, spec_error_from_validation, validate
 from .world import World
-
-#: (apiVersion, kind) of the main workload object, by Kaiwo kind and Ray-ness.
-MAIN_KINDS = {
-    ("KaiwoJob", False): ("batch/v1", "Job"),
-    ("KaiwoJob", True): ("ray.io/v1", "RayJob"),
-    ("KaiwoService", False): ("apps/v1", "Deployment"),
-    ("KaiwoService", True): ("workload.codeflare.dev/v1beta2", "AppWrapper"),
-}
-
 
 def load(obj: Any) -> KaiwoObject | SpecError:
     """The object as a :class:`KaiwoObject`, or the SpecError for a document

@@ -4,7 +4,7 @@ spec defaults of the API reference applied."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -31,6 +31,8 @@ class KaiwoObject:
 
     doc: dict[str, Any]
     replicas_given: bool = True
+    #: results computed once per reconcile (validation), keyed by what they depend on
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, obj: Any, kind: str | None = None) -> KaiwoObject:
@@ -63,6 +65,13 @@ class KaiwoObject:
             if section in storage and not (raw_storage.get(section) or {}).get("mountPath"):
                 storage[section].pop("mountPath", None)
         return cls(doc, given)
+
+    def with_object(self, obj: Any) -> KaiwoObject:
+        """The same parsed spec with ``obj``'s metadata and status (after our own
+        status write: nothing but the status changed)."""
+        raw = as_dict(obj)
+        doc = {**self.doc, "metadata": raw.get("metadata") or self.doc.get("metadata"), "status": raw.get("status")}
+        return KaiwoObject(doc, self.replicas_given, self.memo)
 
     # -- metadata -------------------------------------------------------------
     @property

@@ -122,13 +122,17 @@ def download_succeeded(status: Mapping | None) -> bool:
     return bool(cond and cond.get("status") == "True")
 
 
-def requeue_after(obj: Any, now: datetime) -> timedelta | None:
-    """§5.2 step 8: while the stored ``Preemptable`` is False for the current
-    generation, requeue when the duration will have run out."""
-    try:
-        o = KaiwoObject.of(obj)
-    except (ValidationError, ValueError):
-        return None
+def requeue_after(obj: Any, now: datetime, typed: KaiwoObject | None = None) -> timedelta | None:
+    """While the stored ``Preemptable`` is False for the current generation,
+    requeue when the duration will have run out. ``typed``: the already
+    parsed view of ``obj`` (its spec is used; the status comes from ``obj``)."""
+    if typed is not None:
+        o = typed.with_object(obj)
+    else:
+        try:
+            o = KaiwoObject.of(obj)
+        except (ValidationError, ValueError):
+            return None
     status = o.status
     if status.get("status") not in UP or not o.spec.get("duration"):
         return None
@@ -429,6 +433,7 @@ def observe(
     children: ObservedChildren,
     workload: Mapping | Sequence[Mapping] | None,
     now: datetime,
+    typed: KaiwoObject | None = None,
 ) -> dict[str, Any]:
     """The complete desired ``status`` of a KaiwoJob/KaiwoService.
 
@@ -447,7 +452,7 @@ def observe(
     if prev_status in TERMINAL:
         return prev
     try:
-        o = KaiwoObject.of(raw)
+        o = typed if typed is not None else KaiwoObject.of(raw)
     except ValidationError as exc:
         observation = _spec_invalid(spec_error_from_validation(exc))
     else:

@@ -73,7 +73,16 @@ def _pod_containers(doc: dict | None, *path: str) -> list | None:
 
 
 def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
-    """Static checks of the spec against itself and KaiwoConfig (no capacity)."""
+    """Static checks of the spec against itself and KaiwoConfig (no capacity).
+    Computed once per parsed object and World."""
+    key = ("validate", id(world))
+    hit = obj.memo.get(key)
+    if hit is None or hit[0] is not world:
+        hit = obj.memo[key] = (world, _validate(obj, world))
+    return list(hit[1])
+
+
+def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
     spec = obj.spec
     errors: list[SpecError] = []
     if obj.gpus < 0:

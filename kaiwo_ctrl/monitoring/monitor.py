@@ -28,7 +28,6 @@ from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import PODS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.caches import pod_informer
 

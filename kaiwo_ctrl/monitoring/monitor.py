@@ -1,12 +1,15 @@
-"""The resource monitor runnable (§14) and its start-up configuration (§1.2).
+"""The GPU resource monitor runnable (flags workloads whose GPUs sit idle) and
+its start-up configuration (the RESOURCE_MONITORING_* environment).
 
 A leader-only background task. Every polling interval it scrapes the GPU
 metrics exporter (Prometheus text format, 5 s timeout), reads Pods,
 KaiwoJobs, KaiwoServices and the KaiwoConfig from the manager's shared
 informer caches, and lets :func:`kaiwo_ctrl.monitoring.gpu.decide` say what to
-do. Status writes are merge patches of the status subresource carrying the
-full conditions list, guarded by the resourceVersion read from the cache, and
-only made when the status changes: an unchanged world writes nothing.
+do. Status writes go through the one status write every writer uses
+(:meth:`~kaiwo_ctrl.runtime.expectations.Expectations.write_status`: the full
+conditions list, guarded by the resourceVersion read from the cache), not
+marked as the workload's own so its reconcile acts on them, and are only made
+when the status changes: an unchanged world writes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -56,7 +58,7 @@ class MonitorEnv:
 
 
 def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
-    """The monitor's settings, or None when it is not enabled (§1.2).
+    """The monitor's settings, or None unless RESOURCE_MONITORING_ENABLED=true.
 
     Enabled means ``RESOURCE_MONITORING_ENABLED`` is exactly ``true``; then a
     missing or non-HTTP endpoint, or a missing, unparseable or non-positive
@@ -146,7 +148,8 @@ class ResourceMonitor:
         return r.text
 
     async def tick(self, http: httpx.AsyncClient) -> None:
-        """§14 steps 1-8 once (``last_error`` says why a tick was skipped)."""
+        """One pass: read the config, scrape, group samples by workload and
+        decide each (``last_error`` says why a tick was skipped)."""
         self.last_error = None
         try:
             config = self.settings.current()
@@ -183,11 +186,15 @@ class ResourceMonitor:
         assert workload is not None
         decision = decide(workload, samples, settings, now)
         if decision.status is not None:
-            meta = workload["metadata"]
-            rv = meta.get("resourceVersion")
-            patch: dict[str, Any] = {"metadata": {"resourceVersion": rv}, "status": decision.status}
             try:
-                result = await self.mgr.client.patch_status(RESOURCES[ref.kind], ref.name, patch, ref.namespace)
+                # not the workload's own controller: its reconcile must see this change
+                result = await self.expectations.write_status(
+                    (ref.kind, ref.namespace, ref.name),
+                    workload,
+                    decision.status,
+                    lambda patch: self.mgr.client.patch_status(RESOURCES[ref.kind], ref.name, patch, ref.namespace),
+                    own=False,
+                )
             except ApiError as e:
                 if e.conflict or e.not_found:
                     # changed or gone since the cache saw it: the next tick decides again
@@ -195,7 +202,6 @@ class ResourceMonitor:
                     return
                 raise
             self.status_writes += 1
-            self.expectations.wrote((ref.kind, ref.namespace, ref.name), rv, result)
             workload = result
             if decision.terminating:
                 log.info("workload flagged for termination: GPUs underutilized", extra={"workload": f"{ref.namespace}/{ref.name}"})

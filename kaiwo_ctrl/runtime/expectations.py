@@ -14,6 +14,8 @@ mechanism:
   (its watch event may arrive before the response);
   :meth:`Expectations.own_status_event` then recognises the update event that
   write produced, so the controller need not reconcile its own echo.
+* :meth:`Expectations.write_status` is the one status write (resourceVersion
+  guarded merge patch) that every writer of a status uses.
 * :func:`wait_observed` waits until a cache shows a write (for controllers
   that compute a plan from a whole cache listing).
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 try:
@@ -157,6 +159,36 @@ class Expectations:
         )
 
     # ----------------------------------------------------------------- pruning
+    async def write_status(
+        self,
+        key: Key,
+        obj: Mapping[str, Any],
+        status: Mapping[str, Any],
+        send: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+        *,
+        own: bool,
+    ) -> dict[str, Any]:
+        """The one status write every writer uses: ``send`` gets a merge patch
+        of the status subresource carrying the resourceVersion read from
+        ``obj`` (the API server answers 409 when the object changed since) and
+        the complete ``status``; the result is recorded for read-your-writes.
+        ``own``: the write is the object's own controller's, so the update
+        event it produces is recognised (:meth:`own_status_event`) and not
+        reconciled again; another writer's change must be reconciled."""
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        patch = {"metadata": {"resourceVersion": rv}, "status": status}
+        if own:
+            # registered before the request: the watch event may arrive before the response
+            self.expect_status(key, rv or "", status)
+        try:
+            result = await send(patch)
+        except BaseException:
+            if own:
+                self.cancel_status(key)
+            raise
+        self.wrote(key, rv, result)
+        return result
+
     def forget(self, key: Key) -> None:
         self._drop((_OBJ, key))
         self._drop((_STATUS, key))

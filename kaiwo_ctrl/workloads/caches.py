@@ -22,25 +22,24 @@ after a change) and reads children through the shared read-your-writes
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOQUEUECONFIGS, WORKLOADPRIORITYCLASSES, WORKLOADS
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
-from kaiwo_ctrl.runtime.client import Resource
 from kaiwo_ctrl.runtime.conditions import find_condition
 from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objpath import rv as _rv
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, PODS, PRIORITYCLASSES
+from kaiwo_ctrl.runtime.resources import PODS, PRIORITYCLASSES
 from kaiwo_ctrl.runtime.store import index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 
 from .childstatus import ERROR, PENDING, UP
-from .kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES
+from .kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
 from .labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
 from .status import PREEMPTABLE
 from .world import DEFAULT_DOWNLOADER_IMAGE, World
@@ -75,7 +74,8 @@ def _idx_pending_gpu(obj: Mapping[str, Any]) -> list[str]:
 
 
 def terminated_early(obj: Mapping[str, Any]) -> bool:
-    """TERMINATED through §13 (not a stopped RayJob, whose children stay)."""
+    """TERMINATED by early termination, whose children are deleted (not a
+    stopped RayJob, whose children stay)."""
     cond = find_condition((obj.get("status") or {}).get("conditions"), "WorkloadTerminatedEarly")
     return bool(cond and cond.get("status") == "True")
 
@@ -160,8 +160,17 @@ class _Bump:
 class SharedCaches:
     """Every informer both workload reconcilers read, and the World built from them."""
 
-    def __init__(self, mgr: Manager, downloader_image: str | None = None) -> None:
+    def __init__(
+        self, mgr: Manager, downloader_image: str | None = None, kinds: Iterable[WorkloadKind] | None = None
+    ) -> None:
         self.mgr = mgr
+        self.kinds: tuple[WorkloadKind, ...] = tuple(WORKLOAD_KINDS.values() if kinds is None else kinds)
+        # The resources come from the declared tables (RBAC is generated from them).
+        undeclared = set(child_resources(self.kinds).items()) - set(CHILD_RESOURCES.items())
+        undeclared |= {(k.kind, k.resource) for k in self.kinds} - set(OWN_RESOURCES.items())
+        if undeclared:
+            raise ValueError(f"kinds not declared in WORKLOAD_KINDS: {sorted(k for k, _ in undeclared)}")
+        names = {k.kind for k in self.kinds}
         self.downloader_image = downloader_image or os.environ.get(IMAGE_ENV) or DEFAULT_DOWNLOADER_IMAGE
         self.settings = settings_for(mgr)
         own_indexers = {
@@ -171,7 +180,7 @@ class SharedCaches:
             IDX_ERROR: _idx_error,
         }
         self.own: dict[str, Informer] = {
-            kind: mgr.cache.informer(res, indexers=own_indexers) for kind, res in OWN_RESOURCES.items()
+            kind: mgr.cache.informer(res, indexers=own_indexers) for kind, res in OWN_RESOURCES.items() if kind in names
         }
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
         self.nodes = node_informer(mgr)  # the shared, trimmed Node cache

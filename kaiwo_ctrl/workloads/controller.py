@@ -19,9 +19,12 @@ from kaiwo_ctrl.runtime.objpath import meta as _meta
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate, ResourceVersionChanged
 
 from .caches import IDX_DURATION_RUNNING, IDX_ERROR, IMAGE_ENV, QueueConfigMissing, SharedCaches, trim_pod
-from .kinds import GROUP, OWNS, WORKLOAD_KINDS
-from .labels import LABEL_MANAGED, LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
+from .kinds import GROUP, MAPPED, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
+from .kinds.mapping import service_pod_owner
+from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
 from .reconciler import LocalQueueError, WorkloadReconciler
+from .sweep import RUNNABLE as SWEEP_RUNNABLE
+from .sweep import Sweeper
 
 __all__ = [
     "IMAGE_ENV",
@@ -91,10 +94,11 @@ def _node_capacity(node: Mapping[str, Any]) -> Any:
     )
 
 
-def _workload_owner(kind: str, shared: SharedCaches):
-    """Kueue Workload -> the Kaiwo workload whose underlying object owns it."""
-    # Kueue owns the Workload of a Job/RayJob/AppWrapper (a Deployment's pods have their own)
-    main_kinds = {c.kind for c in WORKLOAD_KINDS[kind].children if c.main and c.kind != "Deployment"}
+def _workload_owner(spec: WorkloadKind, shared: SharedCaches):
+    """Kueue Workload -> the Kaiwo workload whose underlying object owns it
+    (Kueue owns the Workload of a Job/RayJob/AppWrapper; for a kind whose
+    Deployment pods have their own, the pod's workload)."""
+    main_kinds = {c.kind for c in spec.children if c.main and c.kind != "Deployment"}
 
     def fn(obj: Mapping[str, Any]) -> Iterable[Request]:
         meta = _meta(obj)
@@ -104,7 +108,7 @@ def _workload_owner(kind: str, shared: SharedCaches):
             rk = ref.get("kind")
             if rk in main_kinds:
                 out.append(Request(ns, ref.get("name")))
-            elif rk == "Pod" and kind == "KaiwoService":
+            elif rk == "Pod" and spec.pod_workloads:
                 pod = shared.pods.get(ref.get("name"), ns)
                 labels = _meta(pod).get("labels") or {}
                 if pod is not None and labels.get(LABEL_TYPE) == TYPE_SERVICE and labels.get(LABEL_NAME):
@@ -114,31 +118,26 @@ def _workload_owner(kind: str, shared: SharedCaches):
     return fn
 
 
-def _adopted_job_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
-    """A Kaiwo-managed Job no KaiwoJob controls (adopted through the webhook,
-    §16) -> the KaiwoJob of the same name, which follows its status."""
-    meta = _meta(obj)
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED) != "true" and not labels.get(LABEL_NAME):
-        return []
-    if any(ref.get("controller") and ref.get("kind") == "KaiwoJob" for ref in meta.get("ownerReferences") or ()):
-        return []  # owned: EnqueueOwner handles it
-    return [Request(meta.get("namespace") or "", meta.get("name") or "")]
-
-
-def _pod_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
-    labels = _meta(obj).get("labels") or {}
-    if labels.get(LABEL_TYPE) == TYPE_SERVICE and labels.get(LABEL_NAME):
-        return [Request(_meta(obj).get("namespace") or "", labels[LABEL_NAME])]
-    return []
-
-
-def _ray_service_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
-    meta = _meta(obj)
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("kind") == "AppWrapper":
-            return [Request(meta.get("namespace") or "", ref.get("name"))]
-    return []
+def _watch_children(ctl: Any, spec: WorkloadKind, shared: SharedCaches) -> None:
+    """Each child as its ``ChildSpec.watch`` says (one watch per child kind)."""
+    status_changed = [_ChildStatusChanged()]
+    seen: set[tuple[str, str]] = set()
+    for c in spec.children:
+        inf = shared.children[c.kind]
+        if c.adopted is not None:
+            ctl.watches(inf, c.adopted, predicates=status_changed)
+        key = (c.kind, c.watch or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        if c.watch == OWNS:
+            ctl.owns(inf, GROUP, spec.kind, predicates=status_changed)
+        elif c.watch == OWNS_ANY:
+            ctl.owns(inf, GROUP, spec.kind, predicates=[ResourceVersionChanged()])
+        elif c.watch == MAPPED and c.map is not None:
+            ctl.watches(inf, c.map, predicates=[ResourceVersionChanged()])
+    if spec.pod_workloads:
+        ctl.watches(shared.pods, service_pod_owner, predicates=[_NoUpdates()])
 
 
 def setup(
@@ -148,31 +147,30 @@ def setup(
     tracer: Any = None,
     downloader_image: str | None = None,
     rate_limiter: Callable[[], Any] | None = None,
+    kinds: Iterable[WorkloadKind] | None = None,
 ) -> dict[str, WorkloadReconciler]:
-    """Register the KaiwoJob and KaiwoService controllers on ``mgr``.
-    ``rate_limiter`` makes each controller's retry rate limiter (tests use
-    short delays); the runtime default otherwise."""
-    shared = SharedCaches(mgr, downloader_image)
+    """Register one controller per workload kind (default: KaiwoJob and
+    KaiwoService) on ``mgr``, plus the duration sweep. ``rate_limiter`` makes
+    each controller's retry rate limiter (tests use short delays); the
+    runtime default otherwise."""
+    specs = tuple(WORKLOAD_KINDS.values() if kinds is None else kinds)
+    shared = SharedCaches(mgr, downloader_image, specs)
+    sweeper = Sweeper(mgr, shared, {k.kind: k.controller_name for k in specs})
+    mgr.add_leader_runnable(SWEEP_RUNNABLE, sweeper.run)
     out: dict[str, WorkloadReconciler] = {}
-    status_changed = [_ChildStatusChanged()]
-    for kind, spec in WORKLOAD_KINDS.items():
-        rec = WorkloadReconciler(mgr, kind, shared)
+    for spec in specs:
+        kind = spec.kind
+        rec = WorkloadReconciler(mgr, spec, shared, sweeper)
         ctl = mgr.new_controller(
             spec.controller_name, rec, workers=workers, tracer=tracer, rate_limiter=rate_limiter() if rate_limiter else None
         )
         ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), _NotOurStatusWrite(shared, kind)])
-        for child_kind in dict.fromkeys(c.kind for c in spec.children if c.watch == OWNS):
-            ctl.owns(shared.children[child_kind], GROUP, kind, predicates=status_changed)
-        if kind == "KaiwoJob":
-            ctl.watches(shared.children["Job"], _adopted_job_owner, predicates=status_changed)
-        else:
-            ctl.watches(shared.children["RayService"], _ray_service_owner, predicates=[ResourceVersionChanged()])
-            ctl.watches(shared.pods, _pod_owner, predicates=[_NoUpdates()])
-        ctl.watches(shared.workloads, _workload_owner(kind, shared), predicates=[_ConditionsChanged()])
-        for other in WORKLOAD_KINDS:
-            if other != kind:  # a workload's change may free or claim GPUs: duration candidates look again
+        _watch_children(ctl, spec, shared)
+        ctl.watches(shared.workloads, _workload_owner(spec, shared), predicates=[_ConditionsChanged()])
+        for other in specs:
+            if other.kind != kind:  # a workload's change may free or claim GPUs: duration candidates look again
                 ctl.watches(
-                    shared.own[other], _map_to_running_with_duration(shared.own[kind]), predicates=[ResourceVersionChanged()]
+                    shared.own[other.kind], _map_to_running_with_duration(shared.own[kind]), predicates=[ResourceVersionChanged()]
                 )
         # ERROR is re-evaluated when what it depends on changes: the queue
         # config, KaiwoConfig, node GPU capacity
@@ -187,5 +185,3 @@ def setup(
 class _NoUpdates(Predicate):
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return _meta(old).get("deletionTimestamp") != _meta(new).get("deletionTimestamp")
-
-

@@ -11,36 +11,35 @@ from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.diff import differences
 from kaiwo_ctrl.runtime.objpath import get_path
 
+from .kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
+
 #: Paths (dotted, under the object) the API server or the owning controller will
-#: not change on an existing object, by kind.
+#: not change on an existing object, by kind (declared on each ``ChildSpec``).
 IMMUTABLE_PATHS: dict[str, tuple[str, ...]] = {
-    "Job": ("spec.template", "spec.selector", "spec.completionMode", "spec.completions"),
-    "Deployment": ("spec.selector",),
-    "PersistentVolumeClaim": (
-        "spec.accessModes",
-        "spec.storageClassName",
-        "spec.volumeMode",
-        "spec.volumeName",
-        "spec.resources.requests.storage",
-    ),
-    # KubeRay does not act on changes to a submitted RayJob's entrypoint or cluster.
-    "RayJob": ("spec.entrypoint", "spec.rayClusterSpec", "spec.runtimeEnvYAML", "spec.submitterPodTemplate"),
-    # The AppWrapper webhook refuses changes to its components.
-    "AppWrapper": ("spec.components",),
+    c.kind: c.immutable for k in WORKLOAD_KINDS.values() for c in k.children if c.immutable
 }
 
-#: Fields other controllers own once the child exists; the reconciler must
-#: leave them out of its apply (Kueue unsuspends admitted workloads).
+#: Fields other controllers own once the child exists, by kind (``ChildSpec.foreign``);
+#: the reconciler leaves them out of its apply (Kueue unsuspends admitted workloads).
 OWNED_BY_OTHERS: dict[str, tuple[str, ...]] = {
-    "Job": ("spec.suspend",),
-    "RayJob": ("spec.suspend",),
-    "AppWrapper": ("spec.suspend",),
+    c.kind: c.foreign for k in WORKLOAD_KINDS.values() for c in k.children if c.foreign
 }
+
+
+def growing(path: str, want: Any, have: Any, growable: tuple[str, ...]) -> bool:
+    """A larger quantity on a growable path (a PVC's storage request: volume
+    expansion) can be applied."""
+    if path not in growable or want is None or have is None:
+        return False
+    try:
+        return parse_quantity(want) >= parse_quantity(have)
+    except QuantityError:
+        return False
 
 
 def is_controlled_by(child: Mapping[str, Any], owner_uid: str) -> bool:
     """Whether ``child`` has a controller owner reference to ``owner_uid``. A Job
-    the Job webhook adopted for a KaiwoJob (§16) is not controlled by it: the
+    the Job webhook adopted for a KaiwoJob is not controlled by it: the
     reconciler must read its status but never apply to it."""
     for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("uid") == owner_uid:
@@ -48,26 +47,25 @@ def is_controlled_by(child: Mapping[str, Any], owner_uid: str) -> bool:
     return False
 
 
-def immutable_drift(kind: str, existing_child: Mapping[str, Any], desired_child: Mapping[str, Any]) -> list[str]:
+def immutable_drift(
+    kind: str | ChildSpec, existing_child: Mapping[str, Any], desired_child: Mapping[str, Any]
+) -> list[str]:
     """Dotted paths of fields that differ between ``desired_child`` and
-    ``existing_child`` and cannot be changed on the existing object.
+    ``existing_child`` and cannot be changed on the existing object
+    (``kind``: the child's ``ChildSpec``, or its kind name).
 
     Comparison is the one object diff (:mod:`kaiwo_ctrl.runtime.diff`): what
-    the desired object sets must be present with the same value.
-    For a PVC, a larger storage request is applicable (volume expansion) and
-    not reported; a smaller one is.
+    the desired object sets must be present with the same value. A larger
+    request on a growable path is applicable and not reported; a smaller one is.
     """
+    spec = kind if isinstance(kind, ChildSpec) else child_spec_for(kind)
+    if spec is None:
+        return []
     out: list[str] = []
-    for path in IMMUTABLE_PATHS.get(kind, ()):
+    for path in spec.immutable:
         want = get_path(desired_child, path)
         have = get_path(existing_child, path)
-        if want is None:
+        if want is None or growing(path, want, have, spec.growable):
             continue
-        if kind == "PersistentVolumeClaim" and path.endswith("requests.storage"):
-            try:
-                if parse_quantity(want) >= parse_quantity(have):
-                    continue
-            except QuantityError:
-                pass
         out += differences(have, want, path)
     return out

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 DEFAULT_LOCAL_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kaiwo-ctrl" / "local"
 
@@ -41,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "16")), help="reconcile workers per workload controller")
     run.add_argument("--tracing", default=os.environ.get("TRACING_EXPORTER", "none"), help="none | console | otlp")
-    run.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
@@ -142,7 +142,8 @@ def _run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _run_async(args: argparse.Namespace) -> int:
+async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
+    """Run a manager wired by ``build`` (default: the operator's controllers)."""
     import logging
 
     from kaiwo_ctrl.operator import build_operator
@@ -163,7 +164,7 @@ async def _run_async(args: argparse.Namespace) -> int:
         leader_election=le,
     )
     tracer = setup_tracing(args.tracing)
-    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo)
+    await (build or build_operator)(mgr, workers=args.workers, tracer=tracer)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

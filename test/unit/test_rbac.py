@@ -37,8 +37,8 @@ PKG = ROOT / "kaiwo_ctrl"
 
 #: Not part of the running operator: the download Job's program (its own
 #: clients, no Kubernetes API), the local control plane (admin tooling), the
-#: hidden ``--demo`` controller, the generators and this module.
-EXCLUDED = ("download/", "local/", "demo.py", "rbac.py", "__main__.py")
+#: generators and this module.
+EXCLUDED = ("download/", "local/", "rbac.py", "__main__.py")
 #: Generic implementations whose resource is a parameter; their verbs are
 #: accounted for where they are used (informer registrations, Manager wiring).
 GENERIC = {

@@ -39,13 +39,13 @@ from .childstatus import (
     is_admitted,
     pvc_phase,
 )
-from .gpu import check_gpus, check_queue, cluster_gpu_stats
+from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
 from .kinds import WORKLOAD_KINDS, WorkloadKind
 from .observed import ObservedChildren
 from .storage import StoragePlan
 from .timing import parse_duration, parse_time
-from .validation import SpecError, gpu_plan, spec_error_from_validation, validate
+from .validation import SpecError, gpu_plan, spec_error_from_validation, validate, world_gpu_stats
 from .world import World, as_dict
 
 from .condtypes import (  # the condition types live in one place; re-exported here
@@ -226,8 +226,7 @@ def _schedulable(o: KaiwoObject, world: World, queue: str) -> Any:
     """The queue check, then the GPU capacity check (``.status`` False: not schedulable)."""
     failure = check_queue(queue, o.namespace, world.queue_config)
     if failure is None:
-        stats = cluster_gpu_stats(world.nodes or (), o.gpu_vendor, world.settings.default_gpu_resource_key)
-        failure = check_gpus(gpu_plan(o, world), stats)
+        failure = check_gpus(gpu_plan(o, world), world_gpu_stats(world, o.gpu_vendor))
     return failure
 
 

@@ -47,7 +47,17 @@ def gpu_stats(obj: KaiwoObject, world: World) -> ClusterGpuStats | None:
     """Stats for the workload's vendor; ``None`` when the nodes are unknown."""
     if not world.nodes_known:
         return None
-    return cluster_gpu_stats(world.nodes or (), obj.gpu_vendor, world.settings.default_gpu_resource_key)
+    return world_gpu_stats(world, obj.gpu_vendor)
+
+
+def world_gpu_stats(world: World, vendor: str) -> ClusterGpuStats:
+    """The cluster GPU statistics of a vendor, computed once per World (every
+    workload of a reconcile pass, and every pass until the nodes change)."""
+    key = ("gpu-stats", vendor, world.settings.default_gpu_resource_key)
+    stats = world.memo.get(key)
+    if stats is None:
+        stats = world.memo[key] = cluster_gpu_stats(world.nodes or (), vendor, world.settings.default_gpu_resource_key)
+    return stats
 
 
 def _quantity_errors(values: Any, path: str, positive: bool = False) -> list[SpecError]:

@@ -58,6 +58,19 @@ class Build:
         return cls(o, world, StoragePlan.of(o, world))
 
 
+def main_object(
+    build: Callable[[KaiwoObject, World, GpuPlan, StoragePlan], dict[str, Any]],
+) -> Callable[[Build], dict[str, Any]]:
+    """A ``ChildSpec`` builder from a main-object builder, which takes the
+    object, the world, the GPU plan and the storage plan."""
+
+    def fn(b: Build) -> dict[str, Any]:
+        return build(b.o, b.world, b.gpu, b.storage)
+
+    fn.__name__ = build.__name__
+    return fn
+
+
 @dataclass(frozen=True)
 class ChildSpec:
     """One child a workload may have.

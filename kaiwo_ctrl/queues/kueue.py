@@ -1,4 +1,4 @@
-"""KaiwoQueueConfig spec -> desired Kueue objects (spec 15.7).
+"""KaiwoQueueConfig spec -> desired Kueue objects (the queue config is authoritative).
 
 Kueue API versions written (Kueue v0.19.2 CRDs): every kind at
 ``kueue.x-k8s.io/v1beta2``, the storage version. That includes Topology, which
@@ -79,7 +79,8 @@ __all__ = [
 
 def order_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Within every flavor, order resources as ``coveredResources`` lists them and drop
-    resources that are not covered (spec 15.7). Returns a new spec."""
+    resources that are not covered (Kueue validates flavors against
+    ``coveredResources``). Returns a new spec."""
     out = copy.deepcopy(dict(spec))
     for group in out.get("resourceGroups") or []:
         covered = list(group.get("coveredResources") or [])
@@ -136,7 +137,8 @@ def resource_flavor(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAM
 
     ``nodeLabels`` are copied; without a ``topologyName`` the flavor gets
     ``topologyName: default-topology`` and the node label ``kaiwo/worker: "true"``.
-    ``taints``/``tolerations`` of the entry are not propagated (spec 15.7).
+    ``taints``/``tolerations`` of the entry are not propagated: only the node
+    labels and the topology reach the flavor.
     """
     node_labels = dict(entry.get("nodeLabels") or {})
     topology = entry.get("topologyName") or ""

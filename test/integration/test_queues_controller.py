@@ -19,7 +19,7 @@ import pytest
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
 from kaiwo_ctrl.quantity import parse_quantity
 from kaiwo_ctrl.runtime.handler import Request
-from support import eventually
+from support import eventually, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -171,10 +171,7 @@ def reset_cluster(admin) -> None:
     admin.delete(f"{CONFIG_URL}/kaiwo")
     admin.delete("/api/v1/nodes")
     paths = [f"{KUEUE}/{p}" for p in CLUSTER_KINDS] + [f"{KUEUE}/localqueues", QC_URL, CONFIG_URL, "/api/v1/nodes"]
-    deadline = time.monotonic() + 30
-    while any(admin.get(p).json()["items"] for p in paths):
-        assert time.monotonic() < deadline, "cluster not emptied"
-        time.sleep(0.05)
+    wait_until(lambda: not any(admin.get(p).json()["items"] for p in paths), what="cluster emptied")
 
 
 class RunningOperator:
@@ -247,10 +244,8 @@ def kube(plane):
     with plane.http() as h:
         # freshly installed CRDs answer 429 "storage is (re)initializing" for a moment
         paths = [f"{KUEUE}/{p}" for p in CLUSTER_KINDS] + [f"{KUEUE}/localqueues", QC_URL, CONFIG_URL]
-        deadline = time.monotonic() + 120
-        while any(h.get(p).status_code != 200 for p in paths):
-            assert time.monotonic() < deadline, "CRD storage not ready"
-            time.sleep(0.2)
+        wait_until(lambda: all(h.get(p).status_code == 200 for p in paths), timeout=120, interval=0.2,
+                   what="CRD storage ready")
         yield h
 
 

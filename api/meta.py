@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict
 
 from api.base import ApiModel
+from kaiwo_ctrl.runtime.fielderrors import FieldError
 from api.fields import field
 
 # --------------------------------------------------------------------------
@@ -31,32 +32,38 @@ DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"
 #: The stricter form the KaiwoConfig uses: integer amounts of s, m or h.
 SIMPLE_DURATION_PATTERN = r"^([0-9]+(s|m|h))+$"
 
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+#: Nanoseconds per unit, as Go's ``time.ParseDuration`` spells them.
+_DURATION_UNITS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+# One amount: digits with an optional fraction (``1``, ``1.5``, ``1.``, ``.5``), then a unit.
+_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?(ns|us|µs|μs|ms|s|m|h)")
+#: Go durations are int64 nanoseconds (about 292 years).
+MAX_DURATION_NS = 2**63 - 1
 
 
-def parse_duration(value: str) -> timedelta:
-    """Parse a Go-style duration string (``1h30m``, ``45s``, ``1.5h``, ``0``)."""
+def parse_duration(value: str, path: str = "") -> timedelta:
+    """Parse a Go duration (``time.ParseDuration`` without a sign): ``1h30m``,
+    ``45s``, ``1.5h``, ``.5h``, ``1.h``, ``0``. This is the one duration parser.
+
+    Raises :class:`~kaiwo_ctrl.runtime.fielderrors.FieldError` (a ``ValueError``)
+    naming ``path`` when the text is malformed (blanks, a sign, a missing unit
+    are malformed, as in Go) or longer than Go's int64 nanoseconds allow.
+    """
     if value == "0":
         return timedelta(0)
-    pos = 0
-    seconds = 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
+    text = value if isinstance(value, str) else ""
+    pos, total = 0, 0
+    while pos < len(text):
+        m = _DURATION_PART.match(text, pos)
+        if m is None or not (m.group(1) or m.group(2)):
             break
-        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(value) or not value:
-        raise ValueError(f"invalid duration {value!r}")
-    return timedelta(seconds=seconds)
+        whole, frac, unit = m.group(1) or "0", m.group(2) or "", _DURATION_UNITS[m.group(3)]
+        total += int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
+        if total > MAX_DURATION_NS:
+            raise FieldError(path, f"duration {value!r} is out of range (at most about 2562047h)", value)
+        pos = m.end()
+    if not text or pos != len(text):
+        raise FieldError(path, f"invalid duration {value!r}", value)
+    return timedelta(microseconds=total // 1000)
 
 
 def format_time(moment: datetime) -> str:

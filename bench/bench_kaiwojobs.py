@@ -151,6 +151,7 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int, events: b
     await task
     print(f"  operator reconciles: {reconciles}; events written: {mgr.recorder.written}, dropped: {mgr.recorder.dropped}")
     print(f"  operator phase CPU seconds: {fmt_cpu(cpu)}; caches synced after {synced_at or 0:.2f} s")
+    print(f"  operator CPU per KaiwoJob: {cpu['python'] * 1000 / n:.2f} ms (process CPU time, target <= 1.2 ms)")
     return elapsed, counts
 
 

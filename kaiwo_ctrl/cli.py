@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 DEFAULT_LOCAL_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kaiwo-ctrl" / "local"
 
@@ -41,7 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "16")), help="reconcile workers per workload controller")
     run.add_argument("--tracing", default=os.environ.get("TRACING_EXPORTER", "none"), help="none | console | otlp")
-    run.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
         "--model-config",
         default=os.environ.get("MODEL_CONFIG") or None,
@@ -177,7 +177,8 @@ def _run(args: argparse.Namespace) -> int:
         return 130
 
 
-async def _run_async(args: argparse.Namespace) -> int:
+async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
+    """Run a manager wired by ``build`` (default: the operator's controllers)."""
     import logging
 
     from kaiwo_ctrl.operator import build_operator
@@ -208,8 +209,12 @@ async def _run_async(args: argparse.Namespace) -> int:
 
     if args.cmd == "run":
         tracer = setup_tracing(args.tracing)
-        await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo, model_config=model_config)
-    proxy = None if getattr(args, "demo", False) else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
+        if build is not None:
+            await build(mgr, workers=args.workers, tracer=tracer)
+        else:
+            await build_operator(mgr, workers=args.workers, tracer=tracer, model_config=model_config)
+    # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
+    proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

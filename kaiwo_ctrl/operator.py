@@ -17,14 +17,7 @@ from kaiwo_ctrl.settings import ensure_config
 log = logging.getLogger("kaiwo_ctrl.operator")
 
 
-async def build_operator(
-    mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False, model_config: Any = None
-) -> None:
-    if demo:
-        from kaiwo_ctrl.demo import add_demo_controller
-
-        add_demo_controller(mgr, tracer=tracer)
-        return
+async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None) -> None:
     await ensure_config(mgr.client)
     from kaiwo_ctrl.queues import controller as queues
     from kaiwo_ctrl.workloads import controller as workloads

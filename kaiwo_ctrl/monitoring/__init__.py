@@ -1,4 +1,4 @@
-"""GPU resource monitoring (§14): pure decisions in :mod:`.gpu`, the
+"""GPU resource monitoring (idle GPUs flag their workload): pure decisions in :mod:`.gpu`, the
 leader-only runnable and its environment in :mod:`.monitor`."""
 
 from .monitor import MonitoringConfigError, ResourceMonitor, read_env, setup

@@ -1,4 +1,5 @@
-"""GPU resource monitoring (§14) as pure functions.
+"""GPU resource monitoring as pure functions: samples of idle GPUs warn on,
+and may terminate, the workload whose pods they belong to.
 
 Nothing here talks to the network or the API server: the runnable in
 :mod:`kaiwo_ctrl.monitoring.monitor` scrapes, looks objects up in the caches
@@ -23,7 +24,7 @@ from api.meta import parse_duration
 from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
 
 METRIC = "gpu_gfx_activity"
-#: Labels a sample must carry (non-empty), else it is skipped (§14 step 3).
+#: Labels a sample must carry (non-empty), else it is skipped.
 REQUIRED_LABELS = ("namespace", "pod", "container", "gpu_id", "gpu_partition_id")
 #: Dropped when ``targetNamespaces`` is empty (reference-docs decision).
 SYSTEM_NAMESPACE = "kube-system"
@@ -42,9 +43,9 @@ MESSAGE_NORMAL = "GPU utilization is normal"
 MESSAGE_TERMINATING = "Terminating workload due to underutilized GPU resources"
 
 TERMINATING = "TERMINATING"
-#: Workloads in these states are left alone (§14 step 5).
+#: Workloads in these states are left alone (finished or already terminating).
 SKIPPED_STATES = frozenset({"TERMINATING", "TERMINATED", "FAILED", "COMPLETE"})
-#: §5.6: ``duration`` is recomputed on a status write while in one of these.
+#: ``duration`` is recomputed on a status write while in one of these.
 _DURATION_STATES = frozenset({"RUNNING", "COMPLETE", "FAILED", "TERMINATING"})
 
 WARNING = "Warning"
@@ -112,7 +113,7 @@ class Decision:
 
 
 def parse_samples(text: str) -> list[GpuSample]:
-    """``gpu_gfx_activity`` samples with every required label (§14 step 3).
+    """``gpu_gfx_activity`` samples with every required label.
 
     An absent family yields no samples. Malformed exposition text raises
     ``ValueError`` (the tick is skipped).
@@ -170,7 +171,7 @@ def workload_of_pod(pod: Mapping[str, Any] | None) -> WorkloadRef | None:
 def group_by_workload(
     samples: Iterable[GpuSample], pod_lookup: Callable[[str, str], Mapping[str, Any] | None]
 ) -> dict[WorkloadRef, list[GpuSample]]:
-    """§14 step 4: samples grouped by the workload (run-id) of their pod.
+    """Samples grouped by the workload (run-id label) of their pod; pods without one are skipped.
 
     ``pod_lookup(namespace, name)`` returns the pod or None (skipped). Every
     sample of every pod of a workload is kept, in exposition order.
@@ -214,7 +215,9 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def decide(workload: Mapping[str, Any], samples: Sequence[GpuSample], settings: MonitoringSettings, now: datetime) -> Decision:
-    """§14 steps 5-8 for one workload and its samples.
+    """One workload and its samples: a Warning per low sample, the
+    ResourceUnderutilization condition, and TERMINATING once it has been low
+    for longer than ``terminateUnderutilizedAfter`` (when enabled).
 
     ``now`` must be timezone-aware. The returned status is the stored one with
     the ``ResourceUnderutilization`` condition set (and, when termination is

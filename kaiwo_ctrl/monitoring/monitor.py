@@ -1,12 +1,15 @@
-"""The resource monitor runnable (§14) and its start-up configuration (§1.2).
+"""The GPU resource monitor runnable (flags workloads whose GPUs sit idle) and
+its start-up configuration (the RESOURCE_MONITORING_* environment).
 
 A leader-only background task. Every polling interval it scrapes the GPU
 metrics exporter (Prometheus text format, 5 s timeout), reads Pods,
 KaiwoJobs, KaiwoServices and the KaiwoConfig from the manager's shared
 informer caches, and lets :func:`kaiwo_ctrl.monitoring.gpu.decide` say what to
-do. Status writes are merge patches of the status subresource carrying the
-full conditions list, guarded by the resourceVersion read from the cache, and
-only made when the status changes: an unchanged world writes nothing.
+do. Status writes go through the one status write every writer uses
+(:meth:`~kaiwo_ctrl.runtime.expectations.Expectations.write_status`: the full
+conditions list, guarded by the resourceVersion read from the cache), not
+marked as the workload's own so its reconcile acts on them, and are only made
+when the status changes: an unchanged world writes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -25,10 +27,11 @@ from pydantic import ValidationError
 from api.meta import parse_duration
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
 from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import PODS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
+from kaiwo_ctrl.workloads.caches import pod_informer
 
 from .gpu import MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
@@ -55,7 +58,7 @@ class MonitorEnv:
 
 
 def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
-    """The monitor's settings, or None when it is not enabled (§1.2).
+    """The monitor's settings, or None unless RESOURCE_MONITORING_ENABLED=true.
 
     Enabled means ``RESOURCE_MONITORING_ENABLED`` is exactly ``true``; then a
     missing or non-HTTP endpoint, or a missing, unparseable or non-positive
@@ -101,23 +104,18 @@ class ResourceMonitor:
         clock: Callable[[], datetime] = _utcnow,
         scrape_timeout: float = SCRAPE_TIMEOUT,
     ) -> None:
-        # Imported here: the workload package owns the Pod informer's
-        # registration (label selector + transform); using the very same
-        # arguments makes the cache hand back that one informer.
-        from kaiwo_ctrl.workloads.controller import trim_pod
-        from kaiwo_ctrl.workloads.labels import LABEL_RUN_ID
-
         self.mgr = mgr
         self.endpoint = endpoint
         self.interval = interval
         self.clock = clock
         self.scrape_timeout = scrape_timeout
         self.settings = settings_for(mgr)
-        self.pods: Informer = mgr.cache.informer(PODS, transform=trim_pod, label_selector=LABEL_RUN_ID)
+        # the workload package declares the one Pod informer (selector, transform, indexes)
+        self.pods: Informer = pod_informer(mgr)
         self.own: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
-        #: (kind, namespace, name) -> (resourceVersion written over, object returned)
-        self._recent: dict[tuple[str, str, str], tuple[str, dict]] = {}
+        #: read-your-writes, shared with the workload reconcilers
+        self.expectations = expectations_for(mgr)
         self.ticks = 0
         self.status_writes = 0
         self.last_error: str | None = None
@@ -150,7 +148,8 @@ class ResourceMonitor:
         return r.text
 
     async def tick(self, http: httpx.AsyncClient) -> None:
-        """§14 steps 1-8 once (``last_error`` says why a tick was skipped)."""
+        """One pass: read the config, scrape, group samples by workload and
+        decide each (``last_error`` says why a tick was skipped)."""
         self.last_error = None
         try:
             config = self.settings.current()
@@ -173,24 +172,12 @@ class ResourceMonitor:
         now = self.clock()
         for ref, group in groups.items():
             await self._handle(ref, group, settings, now)
-        # remembered writes only matter for workloads still being reported
-        keep = {(ref.kind, ref.namespace, ref.name) for ref in groups}
-        for key in [k for k in self._recent if k not in keep]:
-            del self._recent[key]
 
     # -------------------------------------------------------------- workload
     def _workload(self, ref: WorkloadRef) -> dict | None:
         """From the cache, or what we last wrote while the cache lags behind it."""
         cached = self.own[ref.kind].get(ref.name, ref.namespace)
-        key = (ref.kind, ref.namespace, ref.name)
-        entry = self._recent.get(key)
-        if entry is None:
-            return cached
-        base_rv, written = entry
-        if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == base_rv:
-            return written
-        del self._recent[key]
-        return cached
+        return self.expectations.view((ref.kind, ref.namespace, ref.name), cached)
 
     async def _handle(self, ref: WorkloadRef, samples: list, settings: MonitoringSettings, now: datetime) -> None:
         workload = self._workload(ref)
@@ -199,11 +186,15 @@ class ResourceMonitor:
         assert workload is not None
         decision = decide(workload, samples, settings, now)
         if decision.status is not None:
-            meta = workload["metadata"]
-            rv = meta.get("resourceVersion")
-            patch: dict[str, Any] = {"metadata": {"resourceVersion": rv}, "status": decision.status}
             try:
-                result = await self.mgr.client.patch_status(RESOURCES[ref.kind], ref.name, patch, ref.namespace)
+                # not the workload's own controller: its reconcile must see this change
+                result = await self.expectations.write_status(
+                    (ref.kind, ref.namespace, ref.name),
+                    workload,
+                    decision.status,
+                    lambda patch: self.mgr.client.patch_status(RESOURCES[ref.kind], ref.name, patch, ref.namespace),
+                    own=False,
+                )
             except ApiError as e:
                 if e.conflict or e.not_found:
                     # changed or gone since the cache saw it: the next tick decides again
@@ -211,7 +202,6 @@ class ResourceMonitor:
                     return
                 raise
             self.status_writes += 1
-            self._recent[(ref.kind, ref.namespace, ref.name)] = (rv or "", result)
             workload = result
             if decision.terminating:
                 log.info("workload flagged for termination: GPUs underutilized", extra={"workload": f"{ref.namespace}/{ref.name}"})

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kaiwo_ctrl.kinds import (
@@ -39,6 +39,7 @@ from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.expectations import newer_or_same, wait_observed
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
@@ -499,36 +500,16 @@ class QueueConfigReconciler:
     # ----------------------------------------------------------- cache waits
     @staticmethod
     def _expect_version(informer: Informer, written: Mapping[str, Any]) -> _Expect:
-        """The cache holds ``written`` or something newer (a newer object has a larger RV;
-        comparing is fine for waiting, never for correctness)."""
+        """The cache holds ``written`` or something newer."""
         meta = _meta(written)
-        rv, uid = meta.get("resourceVersion"), meta.get("uid")
-
-        def check(obj: Mapping[str, Any] | None) -> bool:
-            if obj is None:
-                return False
-            if _uid(obj) != uid:
-                return True
-            try:
-                return int(_rv(obj) or 0) >= int(rv or 0)
-            except ValueError:
-                return _rv(obj) == rv
-
-        return _Expect(informer, meta.get("name", ""), meta.get("namespace"), check)
+        return _Expect(informer, meta.get("name", ""), meta.get("namespace"), newer_or_same(written))
 
     async def _wait_cache(self, expectations: list[_Expect], timeout: float = CACHE_WAIT) -> bool:
-        if not expectations:
+        pending = [(partial(e.informer.get, e.name, e.namespace), e.check) for e in expectations]
+        if await wait_observed(pending, timeout):
             return True
-        deadline = time.monotonic() + timeout
-        pending = list(expectations)
-        while True:
-            pending = [e for e in pending if not e.check(e.informer.get(e.name, e.namespace))]
-            if not pending:
-                return True
-            if time.monotonic() > deadline:
-                log.debug("cache did not catch up with our writes", extra={"pending": len(pending)})
-                return False
-            await asyncio.sleep(0.02)
+        log.debug("cache did not catch up with our writes", extra={"pending": len(pending)})
+        return False
 
     # ------------------------------------------------------ startup (15.2)
     async def startup(self) -> None:

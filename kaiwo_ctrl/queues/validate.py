@@ -35,7 +35,7 @@ from .constants import (
     WORKER_LABEL,
     WORKLOAD_PRIORITY_CLASS,
 )
-from .kueue import entry_name, translate_cluster_queue_spec
+from .translate import entry_name, translate_cluster_queue_spec
 
 LIMITS = {
     "clusterQueues": 10,

@@ -5,6 +5,14 @@ kind watched by three controllers costs one list+watch. Informers must be
 requested before :meth:`Cache.start`; asking for an unknown one afterwards
 starts it too (and the caller should wait for its sync). There is no lazy
 "list everything on first get": reads that are not cached go to the client.
+
+Transforms are declared per resource, once (as controller-runtime's
+``cache.Options.ByObject``): :meth:`Cache.declare_transform`, or the
+``transform`` argument of :meth:`Cache.informer`, which declares it. Every
+informer of that resource uses the declared transform whichever controller
+asked first; declaring a different one for the same resource is an error, and
+so is declaring one after the informer started. Undeclared resources get
+:func:`~kaiwo_ctrl.runtime.informer.strip_managed_fields`.
 """
 
 from __future__ import annotations
@@ -26,7 +34,22 @@ class Cache:
         self.metrics = metrics
         self.resync_period = resync_period
         self._informers: dict[_Key, Informer] = {}
+        self._transforms: dict[Resource, Transform] = {}
         self._started = False
+
+    def declare_transform(self, resource: Resource, transform: Transform) -> None:
+        """The one transform of ``resource``'s cached objects."""
+        declared = self._transforms.get(resource)
+        if declared is transform:
+            return
+        if declared is not None:
+            raise ValueError(f"{resource}: a different transform is already declared")
+        if self._started and any(key[0] == resource for key in self._informers):
+            raise ValueError(f"{resource}: transform declared after its informer started")
+        self._transforms[resource] = transform
+        for key, inf in self._informers.items():
+            if key[0] == resource:
+                inf.transform = transform
 
     def informer(
         self,
@@ -38,6 +61,8 @@ class Cache:
         transform: Transform | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
     ) -> Informer:
+        if transform is not None:
+            self.declare_transform(resource, transform)
         key = (resource, namespace, label_selector, field_selector)
         inf = self._informers.get(key)
         if inf is None:
@@ -47,17 +72,13 @@ class Cache:
                 namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
-                transform=transform or strip_managed_fields,
+                transform=self._transforms.get(resource, strip_managed_fields),
                 resync_period=self.resync_period,
                 metrics=self.metrics,
             )
             self._informers[key] = inf
             if self._started:
                 inf.start()
-        elif transform is not None and inf.transform is not transform and inf.transform is not strip_managed_fields:
-            raise ValueError(f"informer for {resource} already has a different transform")
-        elif transform is not None and not self._started:
-            inf.transform = transform
         for name, fn in (indexers or {}).items():
             inf.add_indexer(name, fn)
         return inf

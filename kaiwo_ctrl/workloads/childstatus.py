@@ -1,5 +1,6 @@
 """Status of each kind of child, mapped onto the Kaiwo status values
-(§8.2, §8.4, §9.2, §9.4, §11.1) and Kueue admission (§5.3)."""
+(batch Job, RayJob, Deployment, RayService in an AppWrapper, PVC phase) and
+Kueue admission. A child that does not exist yet maps to ``""``."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def _condition(obj: Mapping | None, type_: str) -> dict | None:
 
 
 def batch_job_status(job: Mapping | None, previous: str = NEW) -> str:
-    """§8.2 (also used for the download Job). A missing Job is ``""``."""
+    """A batch Job (also the download Job): a true Complete/SuccessCriteriaMet
+    condition is COMPLETE, Failed is FAILED, Suspended is PENDING; otherwise
+    failed pods FAILED, ready pods RUNNING (and RUNNING stays RUNNING), active
+    pods STARTING, else PENDING. A missing Job is ``""``."""
     if job is None:
         return NEW
     for c in _conditions(job):
@@ -65,7 +69,8 @@ _RAYJOB = {"": STARTING, "PENDING": STARTING, "RUNNING": RUNNING, "FAILED": FAIL
 
 
 def ray_job_status(ray_job: Mapping | None) -> str:
-    """§8.4. Beyond the reference: ``jobDeploymentStatus: Failed`` (the Ray
+    """A RayJob by ``jobStatus``: none/PENDING STARTING, RUNNING, FAILED,
+    SUCCEEDED COMPLETE, STOPPED TERMINATED. Beyond the reference: ``jobDeploymentStatus: Failed`` (the Ray
     cluster never came up, or a deadline passed before the job was submitted)
     is FAILED; the reference stayed STARTING forever in that case."""
     if ray_job is None:
@@ -80,7 +85,9 @@ def ray_job_status(ray_job: Mapping | None) -> str:
 
 
 def deployment_status(deployment: Mapping | None) -> str:
-    """§9.2 (READY when every replica is available, per the API reference)."""
+    """A Deployment: ERROR past its progress deadline, STARTING until its
+    generation is observed, then RUNNING while some but not all replicas are
+    available (READY when every replica is, per the API reference)."""
     if deployment is None:
         return NEW
     progressing = _condition(deployment, "Progressing")
@@ -101,7 +108,9 @@ FAILED_APP_STATUSES = frozenset({"UNHEALTHY", "DEPLOY_FAILED"})
 
 
 def ray_service_status(appwrapper: Mapping | None, ray_service: Mapping | None) -> str:
-    """§9.4. A missing AppWrapper is ``""``; a missing RayService (the AppWrapper
+    """A RayService in an AppWrapper: READY when its Ready condition is true,
+    FAILED when an application is UNHEALTHY or DEPLOY_FAILED, else STARTING.
+    A missing AppWrapper is ``""``; a missing RayService (the AppWrapper
     controller creates it) is STARTING. Beyond the reference: an AppWrapper in
     phase ``Failed`` is FAILED (its RayService is gone then and the reference
     reported STARTING forever)."""
@@ -126,7 +135,7 @@ def pvc_phase(pvc: Mapping | None) -> str | None:
 
 
 def is_admitted(workloads: Mapping | Sequence[Mapping] | None) -> bool:
-    """§5.3: at least one Kueue Workload and every one has ``Admitted=True``.
+    """Admitted: at least one Kueue Workload and every one has ``Admitted=True``.
 
     The reference counted any status but ``False`` (so ``Unknown``) as
     admitted; Kueue only ever means admission with ``True``, so that is

@@ -1,4 +1,5 @@
-"""Entry point of the builders: every child a Kaiwo workload should have."""
+"""Entry point of the builders: every child a Kaiwo workload should have,
+built by the ``ChildSpec`` entries of its kind."""
 
 from __future__ import annotations
 
@@ -6,24 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .batchjob import build_batch_job
-from .deployment import build_deployment
 from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
+from .kinds import MAIN_KINDS, WORKLOAD_KINDS, Build, ChildSpec, WorkloadKind
 from .podtemplate import EntrypointError
-from .rayjob import build_ray_job
-from .rayservice import build_appwrapper
-from .storage import StoragePlan, storage_children
 from .validation import SpecError, gpu_plan, gpu_stats, spec_error_from_validation, validate
 from .world import World
 
-#: (apiVersion, kind) of the main workload object, by Kaiwo kind and Ray-ness.
-MAIN_KINDS = {
-    ("KaiwoJob", False): ("batch/v1", "Job"),
-    ("KaiwoJob", True): ("ray.io/v1", "RayJob"),
-    ("KaiwoService", False): ("apps/v1", "Deployment"),
-    ("KaiwoService", True): ("workload.codeflare.dev/v1beta2", "AppWrapper"),
-}
+__all__ = ["MAIN_KINDS", "check", "desired_children", "desired_pairs", "downloads_configured", "load", "main_workload"]
 
 
 def load(obj: Any) -> KaiwoObject | SpecError:
@@ -56,47 +47,60 @@ def check(obj: Any, world: World) -> SpecError | None:
     return None
 
 
+def _build(spec: ChildSpec, b: Build) -> dict[str, Any] | SpecError | None:
+    assert spec.build is not None
+    try:
+        return spec.build(b)
+    except EntrypointError as exc:
+        return SpecError("spec.entrypoint", "InvalidEntrypoint", str(exc))
+
+
 def main_workload(obj: Any, world: World) -> dict[str, Any] | SpecError:
     """The underlying object: Job, RayJob, Deployment or AppWrapper(RayService)."""
     o = load(obj)
     if isinstance(o, SpecError):
         return o
-    plan = gpu_plan(o, world)
-    storage = StoragePlan.of(o, world)
-    try:
-        if o.is_job:
-            return (build_ray_job if o.is_ray else build_batch_job)(o, world, plan, storage)
-        return (build_appwrapper if o.is_ray else build_deployment)(o, world, plan, storage)
-    except EntrypointError as exc:
-        return SpecError("spec.entrypoint", "InvalidEntrypoint", str(exc))
+    out = _build(WORKLOAD_KINDS[o.kind].main_child(o.is_ray), Build.of(o, world))
+    assert out is not None
+    return out
 
 
 def downloads_configured(obj: Any, world: World) -> bool:
     o = load(obj)
-    return not isinstance(o, SpecError) and StoragePlan.of(o, world).downloads_configured
+    return not isinstance(o, SpecError) and Build.of(o, world).storage.downloads_configured
+
+
+def desired_pairs(
+    o: KaiwoObject, world: World, *, download_succeeded: bool = False, kind: WorkloadKind | None = None
+) -> list[tuple[ChildSpec, dict[str, Any]]] | SpecError:
+    """Every child the workload needs with its ``ChildSpec``, in declaration
+    (creation) order. The main object is left out while downloads are
+    configured and have not succeeded. A :class:`SpecError` instead when the
+    spec cannot be built."""
+    error = check(o, world)
+    if error is not None:
+        return error
+    wk = kind or WORKLOAD_KINDS[o.kind]
+    b = Build.of(o, world)
+    gated = b.storage.downloads_configured and not download_succeeded
+    out: list[tuple[ChildSpec, dict[str, Any]]] = []
+    for spec in wk.applicable(o.is_ray):
+        if spec.build is None or (spec.main and gated):
+            continue
+        child = _build(spec, b)
+        if isinstance(child, SpecError):
+            return child
+        if child is not None:
+            out.append((spec, child))
+    return out
 
 
 def desired_children(obj: Any, world: World, *, download_succeeded: bool = False) -> list[dict[str, Any]] | SpecError:
     """Every child in creation order: data PVC, HF PVC, download ConfigMap,
-    download Job, then the main workload object.
-
-    The main workload is only included when no downloads are configured or
-    ``download_succeeded`` (the reconciler passes whether the download Job
-    succeeded; see :func:`kaiwo_ctrl.workloads.status.download_succeeded`).
-    Returns a :class:`SpecError` instead when the spec cannot be built.
-    """
+    download Job, then the main workload object (see :func:`desired_pairs`;
+    the reconciler passes whether the download Job succeeded)."""
     o = load(obj)
     if isinstance(o, SpecError):
         return o
-    error = check(o, world)
-    if error is not None:
-        return error
-    storage = StoragePlan.of(o, world)
-    children = storage_children(o, storage, world)
-    if storage.downloads_configured and not download_succeeded:
-        return children
-    main = main_workload(o, world)
-    if isinstance(main, SpecError):
-        return main
-    children.append(main)
-    return children
+    pairs = desired_pairs(o, world, download_succeeded=download_succeeded)
+    return pairs if isinstance(pairs, SpecError) else [child for _, child in pairs]

@@ -4,11 +4,13 @@ spec defaults of the API reference applied."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoService
+
+from kaiwo_ctrl.runtime.ownership import owner_reference
 
 from .labels import object_labels, system_labels
 from .world import Settings, as_dict
@@ -31,6 +33,8 @@ class KaiwoObject:
 
     doc: dict[str, Any]
     replicas_given: bool = True
+    #: results computed once per reconcile (validation), keyed by what they depend on
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, obj: Any, kind: str | None = None) -> KaiwoObject:
@@ -56,13 +60,20 @@ class KaiwoObject:
             if key not in doc["spec"]:
                 doc["spec"][key] = copy.deepcopy(value)
         # Mount paths the user left empty fall back to the KaiwoConfig defaults
-        # (Decision §3), not to the model's own default.
+        # (mountPath defaults are configuration), not to the model's own default.
         raw_storage = (raw.get("spec") or {}).get("storage") or {}
         storage = doc["spec"].get("storage") or {}
         for section in ("data", "huggingFace"):
             if section in storage and not (raw_storage.get(section) or {}).get("mountPath"):
                 storage[section].pop("mountPath", None)
         return cls(doc, given)
+
+    def with_object(self, obj: Any) -> KaiwoObject:
+        """The same parsed spec with ``obj``'s metadata and status (after our own
+        status write: nothing but the status changed)."""
+        raw = as_dict(obj)
+        doc = {**self.doc, "metadata": raw.get("metadata") or self.doc.get("metadata"), "status": raw.get("status")}
+        return KaiwoObject(doc, self.replicas_given, self.memo)
 
     # -- metadata -------------------------------------------------------------
     @property
@@ -110,14 +121,11 @@ class KaiwoObject:
         return self.doc["spec"]
 
     def owner_reference(self) -> dict[str, Any]:
-        return {
-            "apiVersion": self.doc.get("apiVersion") or API_VERSION,
-            "kind": self.kind,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        """The controller owner reference children carry (the one helper in
+        :mod:`kaiwo_ctrl.runtime.ownership` builds it)."""
+        owner = {"apiVersion": self.doc.get("apiVersion") or API_VERSION, "kind": self.kind,
+                 "metadata": {"name": self.name, "uid": self.uid}}
+        return owner_reference(owner)
 
     def child_metadata(self, labels: dict[str, str] | None = None, name: str | None = None) -> dict[str, Any]:
         """Metadata of a child: name/namespace, labels, controller owner reference."""
@@ -187,7 +195,7 @@ class KaiwoObject:
     @property
     def user_supplied(self) -> bool:
         """True when the user gave any underlying spec (job, deployment, rayJob,
-        rayService): the GPU-derived cpu/memory then only fill gaps (§6.4)."""
+        rayService): the GPU-derived cpu/memory then only fill gaps the user left."""
         return any(self.spec.get(k) for k in ("job", "deployment", "rayJob", "rayService"))
 
     def queue_name(self, settings: Settings) -> str:

@@ -1,4 +1,7 @@
-"""The Kaiwo status machine (§5.3-§5.6, §11.4, §12, §13) as a pure function.
+"""The Kaiwo status machine as a pure function: spec validity, schedulability,
+storage and download progress, the underlying object's state and Kueue
+admission (in that order of precedence), duration-based preemption and early
+termination.
 
 ``observe`` maps the Kaiwo object, the world, its observed children and the
 Kueue Workload(s) onto the complete desired ``status``. Re-observing an
@@ -9,7 +12,7 @@ compare and skip the write.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,71 +36,37 @@ from .childstatus import (
     TERMINATING,
     UP,
     batch_job_status,
-    deployment_status,
     is_admitted,
     pvc_phase,
-    ray_job_status,
-    ray_service_status,
 )
-from .desired import MAIN_KINDS
-from .gpu import check_gpus, check_queue, cluster_gpu_stats
+from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
-from .naming import name_with_suffix
+from .kinds import WORKLOAD_KINDS, WorkloadKind
+from .observed import ObservedChildren
 from .storage import StoragePlan
 from .timing import parse_duration, parse_time
-from .validation import SpecError, gpu_plan, spec_error_from_validation, validate
+from .validation import SpecError, gpu_plan, spec_error_from_validation, validate, world_gpu_stats
 from .world import World, as_dict
 
-# Condition types
-SCHEDULABLE = "Schedulable"
-ADMITTED = "Admitted"
-PVC_READY = "PvcReady"
-DOWNLOAD_JOB_SUCCEEDED = "DownloadJobSucceeded"
-PREEMPTABLE = "Preemptable"
-WORKLOAD_TERMINATED_EARLY = "WorkloadTerminatedEarly"
-PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
-SPEC_VALID = "SpecValid"
-SPEC_CHANGE_NOT_APPLIED = "SpecChangeNotApplied"
-
-
-@dataclass(frozen=True)
-class ObservedChildren:
-    """What the caches hold for one workload (``None`` = does not exist).
-
-    ``main`` is the underlying object (Job, RayJob, Deployment or AppWrapper);
-    ``ray_service`` the RayService the AppWrapper controller created;
-    ``unapplied_fields`` what :func:`kaiwo_ctrl.workloads.drift.immutable_drift`
-    found; ``gpu_demand`` the §12.2 answer (see :func:`has_gpu_demand`).
-    """
-
-    data_pvc: dict | None = None
-    hf_pvc: dict | None = None
-    download_configmap: dict | None = None
-    download_job: dict | None = None
-    main: dict | None = None
-    ray_service: dict | None = None
-    unapplied_fields: tuple[str, ...] = ()
-    gpu_demand: bool = False
-
-    @classmethod
-    def from_objects(cls, obj: Any, objects: Iterable[Mapping], **extra: Any) -> ObservedChildren:
-        """Sort the objects the workload controls into their slots by kind and name."""
-        o = KaiwoObject.of(obj)
-        plan_names = {
-            ("PersistentVolumeClaim", name_with_suffix(o.name, "data")): "data_pvc",
-            ("PersistentVolumeClaim", name_with_suffix(o.name, "hf")): "hf_pvc",
-            ("ConfigMap", name_with_suffix(o.name, "download")): "download_configmap",
-            ("Job", name_with_suffix(o.name, "download")): "download_job",
-            (MAIN_KINDS[(o.kind, o.is_ray)][1], o.name): "main",
-            ("RayService", o.name): "ray_service",
-        }
-        slots: dict[str, Any] = {}
-        for item in objects:
-            key = (item.get("kind"), (item.get("metadata") or {}).get("name"))
-            slot = plan_names.get(key)
-            if slot:
-                slots[slot] = dict(item)
-        return cls(**slots, **extra)
+from .condtypes import (  # the condition types live in one place; re-exported here
+    ADMITTED,
+    DOWNLOAD_JOB_SUCCEEDED,
+    PREEMPTABLE,
+    PRIORITY_CLASS_NOT_FOUND,
+    PVC_READY,
+    SCHEDULABLE,
+    SPEC_CHANGE_NOT_APPLIED,
+    SPEC_VALID,
+    WORKLOAD_TERMINATED_EARLY,
+)
+from .preemption import (  # re-exported: the reconciler's helpers
+    STATUS_EVENTS,
+    download_succeeded,
+    has_gpu_demand,
+    requeue_after,
+    status_events,
+    sweep_expired,
+)
 
 
 @dataclass
@@ -113,133 +82,13 @@ def _cond(type_: str, status: bool | str, reason: str, message: str = "") -> tup
     return (type_, value, reason, message)
 
 
-# --------------------------------------------------------------------------- helpers for the reconciler
-
-
-def download_succeeded(status: Mapping | None) -> bool:
-    """Whether the stored status says the download Job succeeded (§5.7 gate)."""
-    cond = find_condition((status or {}).get("conditions"), DOWNLOAD_JOB_SUCCEEDED)
-    return bool(cond and cond.get("status") == "True")
-
-
-def requeue_after(obj: Any, now: datetime) -> timedelta | None:
-    """§5.2 step 8: while the stored ``Preemptable`` is False for the current
-    generation, requeue when the duration will have run out."""
-    try:
-        o = KaiwoObject.of(obj)
-    except (ValidationError, ValueError):
-        return None
-    status = o.status
-    if status.get("status") not in UP or not o.spec.get("duration"):
-        return None
-    cond = find_condition(status.get("conditions"), PREEMPTABLE)
-    if not cond or cond.get("status") != "False" or cond.get("observedGeneration") != (o.generation or 0):
-        return None
-    start = parse_time(status.get("startTime"))
-    if start is None:
-        return None
-    remaining = parse_duration(o.spec["duration"]) - (now - start)
-    return max(remaining, timedelta(0))
-
-
-def has_gpu_demand(obj: Any, others: Iterable[Any], world: World, now: datetime) -> bool:
-    """§12.2: some other KaiwoJob/KaiwoService is PENDING, wants GPUs, uses the
-    same queue and vendor, and was created longer ago than the threshold."""
-    o = KaiwoObject.of(obj)
-    settings = world.settings
-    try:
-        threshold = parse_duration(settings.pending_threshold_for_preemption)
-    except ValueError:
-        return False
-    queue = o.queue_name(settings)
-    for other in others:
-        try:
-            x = KaiwoObject.of(other)
-        except (ValidationError, ValueError):
-            continue
-        if x.uid and x.uid == o.uid:
-            continue
-        if x.status.get("status") != PENDING or x.gpus <= 0:
-            continue
-        if x.queue_name(settings) != queue or x.gpu_vendor.lower() != o.gpu_vendor.lower():
-            continue
-        created = parse_time(x.meta.get("creationTimestamp"))
-        if created is not None and now - created > threshold:
-            return True
-    return False
-
-
-def sweep_expired(objects: Iterable[Any], now: datetime) -> list[tuple[dict, dict]]:
-    """§12.3: every workload that is up with ``Preemptable=True`` -> TERMINATING.
-    Returns ``(object, new status)`` pairs to write."""
-    out = []
-    for item in objects:
-        try:
-            x = KaiwoObject.of(item)
-        except (ValidationError, ValueError):
-            continue
-        status = x.status
-        if status.get("status") not in UP:
-            continue
-        cond = find_condition(status.get("conditions"), PREEMPTABLE)
-        if not cond or cond.get("status") != "True":
-            continue
-        new = copy.deepcopy(status)
-        conditions = new.setdefault("conditions", [])
-        set_condition(
-            conditions,
-            WORKLOAD_TERMINATED_EARLY,
-            "False",
-            "DurationExceeded",
-            "Workload is terminating due to exceeding its duration and active GPU demand",
-            x.generation or 0,
-            now,
-        )
-        new["status"] = TERMINATING
-        new["observedGeneration"] = x.generation or 0
-        out.append((x.doc, new))
-    return out
-
-
-STATUS_EVENTS = {
-    PENDING: ("Normal", "WorkloadPending", "Workload is pending admission"),
-    STARTING: ("Normal", "WorkloadStarting", "Workload was admitted, starting"),
-    RUNNING: ("Normal", "WorkloadRunning", "Workload has started"),
-    COMPLETE: ("Normal", "WorkloadComplete", "Workload has completed"),
-    FAILED: ("Warning", "WorkloadFailed", "Workload has failed"),
-    TERMINATING: ("Normal", "WorkloadTermination", "Workload has been flagged for termination"),
-    TERMINATED: ("Normal", "WorkloadTerminated", "Workload has been terminated"),
-    # Not in the reference (it never produced READY): the same kind of event.
-    "READY": ("Normal", "WorkloadReady", "Workload is ready"),
-}
-
-
-def status_events(old: Mapping | None, new: Mapping) -> list[tuple[str, str, str]]:
-    """Events (type, reason, message) the reconciler emits for a status write (§5.6, §13)."""
-    old = old or {}
-    out = []
-    if old.get("status", NEW) != new.get("status", NEW) and new.get("status") in STATUS_EVENTS:
-        out.append(STATUS_EVENTS[new["status"]])
-    was = find_condition(old.get("conditions"), PREEMPTABLE)
-    now_c = find_condition(new.get("conditions"), PREEMPTABLE)
-    if now_c and now_c.get("status") == "True" and not (was and was.get("status") == "True"):
-        out.append(("Normal", "Preemptable", "Workload has exceeded its duration"))
-    if new.get("status") == TERMINATED and old.get("status") != TERMINATED:
-        c = find_condition(new.get("conditions"), WORKLOAD_TERMINATED_EARLY)
-        if c:
-            out.append(("Warning", c.get("reason", ""), c.get("message", "")))
-    was = find_condition(old.get("conditions"), PRIORITY_CLASS_NOT_FOUND)
-    now_c = find_condition(new.get("conditions"), PRIORITY_CLASS_NOT_FOUND)
-    if now_c and now_c.get("status") == "True" and not (was and was.get("status") == "True"):
-        out.append(("Warning", PRIORITY_CLASS_NOT_FOUND, now_c.get("message", "")))
-    return out
-
-
 # --------------------------------------------------------------------------- observation
 
 
 def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Sequence[dict]) -> tuple[str, list]:
-    """§5.3 step 2 / §11.4. Returns (storage status, conditions)."""
+    """Storage: every expected PVC/ConfigMap/Job must exist; PvcReady follows
+    the PVC phases (Lost fails the workload) and DownloadJobSucceeded the
+    download Job. Returns (storage status, conditions)."""
     expected: list[Any] = []
     pvcs: list[dict | None] = []
     if plan.data_requested:
@@ -282,14 +131,21 @@ def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Seq
     return (FAILED if lost else job), conds
 
 
-def _main_status(o: KaiwoObject, children: ObservedChildren, previous: str) -> str:
-    if o.is_job:
-        if o.is_ray:
-            return ray_job_status(children.main)
-        return batch_job_status(children.main, previous)
-    if o.is_ray:
-        return ray_service_status(children.main, children.ray_service)
-    return deployment_status(children.main)
+def _main_status(wk: WorkloadKind, o: KaiwoObject, children: ObservedChildren, previous: str) -> str:
+    """The underlying object's state, by the status mapper of its ``ChildSpec``."""
+    mapper = wk.main_child(o.is_ray).status
+    return mapper(children, previous) if mapper is not None else NEW
+
+
+def _child_conditions(wk: WorkloadKind, o: KaiwoObject, children: ObservedChildren) -> list:
+    """The conditions children add through their ``ChildSpec.condition`` mapper."""
+    out = []
+    for spec in wk.applicable(o.is_ray):
+        if spec.condition is not None:
+            cond = spec.condition(children.get(spec.slot))
+            if cond is not None:
+                out.append(cond)
+    return out
 
 
 def _priority(o: KaiwoObject, world: World) -> tuple[list, tuple[str, ...]]:
@@ -313,7 +169,7 @@ def _spec_invalid(error: SpecError) -> _Observation:
 
 
 def _observe_active(
-    o: KaiwoObject, world: World, children: ObservedChildren, workload: Any, now: datetime
+    wk: WorkloadKind, o: KaiwoObject, world: World, children: ObservedChildren, workload: Any, now: datetime
 ) -> _Observation:
     prev = o.status
     prev_status = prev.get("status") or NEW
@@ -324,12 +180,8 @@ def _observe_active(
     removed: list[str] = [SPEC_VALID]
 
     # 1. Schedulable
-    settings = world.settings
-    queue = o.queue_name(settings)
-    failure = check_queue(queue, o.namespace, world.queue_config)
-    if failure is None:
-        stats = cluster_gpu_stats(world.nodes or (), o.gpu_vendor, settings.default_gpu_resource_key)
-        failure = check_gpus(gpu_plan(o, world), stats)
+    queue = o.queue_name(world.settings)
+    failure = _schedulable(o, world, queue)
     if not failure.status:
         return _Observation(ERROR, [_cond(SCHEDULABLE, False, failure.reason, failure.message)], tuple(removed))
     conds = [_cond(SCHEDULABLE, True, failure.reason, failure.message)]
@@ -337,17 +189,10 @@ def _observe_active(
     conds += pconds
     removed += premoved
     if children.unapplied_fields:
-        conds.append(
-            _cond(
-                SPEC_CHANGE_NOT_APPLIED,
-                True,
-                "ImmutableFieldChanged",
-                "These fields changed in the spec but cannot be changed on the existing object: "
-                + ", ".join(children.unapplied_fields),
-            )
-        )
+        conds.append(_spec_change_not_applied(children.unapplied_fields))
     else:
         removed.append(SPEC_CHANGE_NOT_APPLIED)
+    conds += _child_conditions(wk, o, children)
 
     # 2. Storage
     plan = StoragePlan.of(o, world)
@@ -360,7 +205,7 @@ def _observe_active(
             return _Observation(DOWNLOADING, conds, tuple(removed))
 
     # 3. Workload
-    obj_status = _main_status(o, children, prev_status)
+    obj_status = _main_status(wk, o, children, prev_status)
     admitted = is_admitted(workload)
     if obj_status in TERMINAL:
         # A finished underlying object is final whatever Kueue's Workload says
@@ -372,35 +217,56 @@ def _observe_active(
         conds.append(_cond(ADMITTED, False, "Pending", f"Workload is pending admission into '{queue}'"))
         return _Observation(PENDING, conds, tuple(removed))
     conds.append(_cond(ADMITTED, True, "Admitted", "Workload is admitted"))
-    status = obj_status or STARTING
+    dconds, terminating = _duration(o, children, now)
+    conds += dconds
+    return _Observation(TERMINATING if terminating else (obj_status or STARTING), conds, tuple(removed))
 
-    # §12 duration checks (READY counts as up, like RUNNING: READY is new in this
-    # implementation and a ready service must not escape its duration).
+
+def _schedulable(o: KaiwoObject, world: World, queue: str) -> Any:
+    """The queue check, then the GPU capacity check (``.status`` False: not schedulable)."""
+    failure = check_queue(queue, o.namespace, world.queue_config)
+    if failure is None:
+        failure = check_gpus(gpu_plan(o, world), world_gpu_stats(world, o.gpu_vendor))
+    return failure
+
+
+def _spec_change_not_applied(fields: Sequence[str]) -> tuple[str, str, str, str]:
+    return _cond(
+        SPEC_CHANGE_NOT_APPLIED,
+        True,
+        "ImmutableFieldChanged",
+        "These fields changed in the spec but cannot be changed on the existing object: " + ", ".join(fields),
+    )
+
+
+def _duration(o: KaiwoObject, children: ObservedChildren, now: datetime) -> tuple[list, bool]:
+    """Past ``spec.duration`` the workload is Preemptable, and under GPU demand
+    it terminates itself. READY counts as up, like RUNNING (READY is new in this
+    implementation and a ready service must not escape its duration).
+    Returns (conditions, whether to terminate)."""
+    prev = o.status
     start = parse_time(prev.get("startTime"))
-    if o.spec.get("duration") and prev_status in UP and start is not None:
-        limit = parse_duration(o.spec["duration"])
-        remaining = limit - (now - start)
-        if remaining > timedelta(0):
-            conds.append(
-                _cond(PREEMPTABLE, False, "DurationNotExceeded", "Workload is running and the duration has not been exceeded")
-            )
-        else:
-            conds.append(_cond(PREEMPTABLE, True, "DurationExceeded", "Workload duration has exceeded"))
-            if children.gpu_demand:
-                conds.append(
-                    _cond(
-                        WORKLOAD_TERMINATED_EARLY,
-                        False,
-                        "DurationExceededWithActiveGpuDemand",
-                        "Terminated since duration was exceeded and there is active GPU demand",
-                    )
-                )
-                status = TERMINATING
-    return _Observation(status, conds, tuple(removed))
+    if not o.spec.get("duration") or (prev.get("status") or NEW) not in UP or start is None:
+        return [], False
+    if parse_duration(o.spec["duration"]) - (now - start) > timedelta(0):
+        return [_cond(PREEMPTABLE, False, "DurationNotExceeded", "Workload is running and the duration has not been exceeded")], False
+    conds = [_cond(PREEMPTABLE, True, "DurationExceeded", "Workload duration has exceeded")]
+    if not children.gpu_demand:
+        return conds, False
+    conds.append(
+        _cond(
+            WORKLOAD_TERMINATED_EARLY,
+            False,
+            "DurationExceededWithActiveGpuDemand",
+            "Terminated since duration was exceeded and there is active GPU demand",
+        )
+    )
+    return conds, True
 
 
 def _terminate(prev_conditions: Sequence[dict]) -> _Observation:
-    """§13 step 1."""
+    """Early termination, first step: TERMINATED with WorkloadTerminatedEarly
+    (keeping the reason given when it was flagged)."""
     existing = find_condition(prev_conditions, WORKLOAD_TERMINATED_EARLY)
     if existing:
         cond = _cond(WORKLOAD_TERMINATED_EARLY, True, existing.get("reason") or "EarlyTermination", existing.get("message") or "")
@@ -423,12 +289,13 @@ def _comparable(status: Mapping) -> tuple:
 
 
 def observe(
-    kind: str,
+    kind: str | WorkloadKind,
     obj: Any,
     world: World,
     children: ObservedChildren,
     workload: Mapping | Sequence[Mapping] | None,
     now: datetime,
+    typed: KaiwoObject | None = None,
 ) -> dict[str, Any]:
     """The complete desired ``status`` of a KaiwoJob/KaiwoService.
 
@@ -439,22 +306,24 @@ def observe(
     status this operator does not understand (reconcile error, retry).
     """
     raw = as_dict(obj)
-    if kind and not raw.get("kind"):
-        raw = {**raw, "kind": kind}
+    kind_name = kind.kind if isinstance(kind, WorkloadKind) else kind
+    if kind_name and not raw.get("kind"):
+        raw = {**raw, "kind": kind_name}
     prev: dict[str, Any] = copy.deepcopy(raw.get("status") or {})
     prev_status = prev.get("status") or NEW
     generation = (raw.get("metadata") or {}).get("generation") or 0
     if prev_status in TERMINAL:
         return prev
     try:
-        o = KaiwoObject.of(raw)
+        o = typed if typed is not None else KaiwoObject.of(raw)
     except ValidationError as exc:
         observation = _spec_invalid(spec_error_from_validation(exc))
     else:
         if prev_status == TERMINATING:
             observation = _terminate(prev.get("conditions") or [])
         else:
-            observation = _observe_active(o, world, children, workload, now)
+            wk = kind if isinstance(kind, WorkloadKind) else WORKLOAD_KINDS[o.kind]
+            observation = _observe_active(wk, o, world, children, workload, now)
 
     conditions = copy.deepcopy(prev.get("conditions") or [])
     for type_ in observation.removed:
@@ -485,6 +354,7 @@ def observe(
 
 __all__ = [
     "ACTIVE",
+    "STATUS_EVENTS",
     "ObservedChildren",
     "download_succeeded",
     "has_gpu_demand",

@@ -1,30 +1,13 @@
-"""Go-style duration strings (``1h30m``, ``90s``, ``1.5h``) used by
-``spec.duration`` and the KaiwoConfig scheduling thresholds."""
+"""Time helpers of the workload status machine. Durations use the one Go
+duration parser (:func:`api.meta.parse_duration`)."""
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+from api.meta import parse_duration
 
-
-def parse_duration(text: str) -> timedelta:
-    """Parse a Go duration (no sign); raises ``ValueError`` when malformed."""
-    value = (text or "").strip()
-    if value == "0":
-        return timedelta(0)
-    if not value:
-        raise ValueError("empty duration")
-    pos, seconds = 0, 0.0
-    while pos < len(value):
-        m = _PART.match(value, pos)
-        if not m:
-            raise ValueError(f"invalid duration {text!r}")
-        seconds += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return timedelta(seconds=seconds)
+__all__ = ["parse_duration", "parse_time"]
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -47,7 +47,17 @@ def gpu_stats(obj: KaiwoObject, world: World) -> ClusterGpuStats | None:
     """Stats for the workload's vendor; ``None`` when the nodes are unknown."""
     if not world.nodes_known:
         return None
-    return cluster_gpu_stats(world.nodes or (), obj.gpu_vendor, world.settings.default_gpu_resource_key)
+    return world_gpu_stats(world, obj.gpu_vendor)
+
+
+def world_gpu_stats(world: World, vendor: str) -> ClusterGpuStats:
+    """The cluster GPU statistics of a vendor, computed once per World (every
+    workload of a reconcile pass, and every pass until the nodes change)."""
+    key = ("gpu-stats", vendor, world.settings.default_gpu_resource_key)
+    stats = world.memo.get(key)
+    if stats is None:
+        stats = world.memo[key] = cluster_gpu_stats(world.nodes or (), vendor, world.settings.default_gpu_resource_key)
+    return stats
 
 
 def _quantity_errors(values: Any, path: str, positive: bool = False) -> list[SpecError]:
@@ -73,7 +83,16 @@ def _pod_containers(doc: dict | None, *path: str) -> list | None:
 
 
 def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
-    """Static checks of the spec against itself and KaiwoConfig (no capacity)."""
+    """Static checks of the spec against itself and KaiwoConfig (no capacity).
+    Computed once per parsed object and World."""
+    key = ("validate", id(world))
+    hit = obj.memo.get(key)
+    if hit is None or hit[0] is not world:
+        hit = obj.memo[key] = (world, _validate(obj, world))
+    return list(hit[1])
+
+
+def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
     spec = obj.spec
     errors: list[SpecError] = []
     if obj.gpus < 0:

@@ -105,6 +105,12 @@ class World:
     def nodes_known(self) -> bool:
         return self.nodes is not None
 
+    @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Results derived from this (immutable) world alone, computed once:
+        a World is rebuilt whenever the caches it comes from change."""
+        return {}
+
     @classmethod
     def from_dicts(
         cls,

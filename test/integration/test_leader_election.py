@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kaiwo_ctrl.demo import LABEL
 from support import eventually
+from support.demo import LABEL
 from support.operator import OperatorProcess
 
 pytestmark = pytest.mark.integration
@@ -19,8 +19,8 @@ LEASE = "demo-leader.kaiwo-ctrl.dev"
 class Operator(OperatorProcess):
     def __init__(self, kubeconfig: str, namespace: str, log_path) -> None:
         super().__init__(
-            kubeconfig, log_path, "--demo", "--leader-elect",
-            f"--leader-election-id={LEASE}", f"--leader-election-namespace={namespace}",
+            kubeconfig, log_path, "--leader-elect",
+            f"--leader-election-id={LEASE}", f"--leader-election-namespace={namespace}", module="support.demo",
         )
 
     def is_leader(self) -> bool:  # type: ignore[override]

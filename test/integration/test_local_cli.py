@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from support import wait_until
+
 pytestmark = pytest.mark.integration
 
 VENV_BIN = Path(sys.executable).parent
@@ -43,8 +45,6 @@ def test_local_up_lists_every_crd_group_and_down_cleans_up(tmp_path):
 
 def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
     """`local up --simulate` alone: a Job's Pod is scheduled by kaiwo-scheduler onto a kwok Node and completes."""
-    import time
-
     import yaml
 
     d = tmp_path / "sim"
@@ -68,14 +68,11 @@ def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
         }
         for doc in (node, job):
             subprocess.run(kubectl + ["apply", "-f", "-"], input=yaml.safe_dump(doc), text=True, check=True, capture_output=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def succeeded() -> bool:
             out = subprocess.run(kubectl + ["get", "job", "hello", "-o", "json"], capture_output=True, text=True, check=True).stdout
-            if json.loads(out).get("status", {}).get("succeeded") == 1:
-                break
-            time.sleep(1)
-        else:
-            raise AssertionError(f"job did not complete; logs in {d}/logs")
+            return json.loads(out).get("status", {}).get("succeeded") == 1
+
+        wait_until(succeeded, timeout=120, interval=1, what=f"job completed (logs in {d}/logs)")
         pods = json.loads(subprocess.run(kubectl + ["get", "pods", "-o", "json"], capture_output=True, text=True, check=True).stdout)
         assert [p["spec"]["nodeName"] for p in pods["items"]] == ["sim-0"]
     finally:

@@ -5,12 +5,10 @@ deletion through owner references (§17), on the real kube-apiserver."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 import pytest
 
-from kaiwo_ctrl.local.controlplane import Process, free_port
 from kaiwo_ctrl.runtime.handler import Request
 from test_workloads_support import (  # noqa: F401 - fixtures
     job_url,
@@ -19,6 +17,7 @@ from test_workloads_support import (  # noqa: F401 - fixtures
     conditions,
     create_kaiwo,
     eventually,
+    garbage_collector,
     get,
     gpu_nodes,
     kaiwo_url,
@@ -211,37 +210,14 @@ async def test_terminating_workload_is_terminated_and_its_children_deleted(opera
     await eventually(lambda: gone_or_deleting(job_url(namespace, "doomed")), what="Job deleted")
     await eventually(lambda: gone_or_deleting(pvc_url), what="PVC deleted")
     job = get(admin, job_url(namespace, "doomed"))
-    if job is not None:  # no garbage collector here: foreground deletion waits on it
-        assert "foregroundDeletion" in job["metadata"].get("finalizers", [])
+    # no garbage collector here: the foreground deletion waits on it, so the Job stays, marked
+    assert job is not None and job["metadata"].get("deletionTimestamp")
+    assert "foregroundDeletion" in job["metadata"].get("finalizers", [])
     await wait_event(admin, namespace, "doomed", "WorkloadTerminated")
     ev = await wait_event(admin, namespace, "doomed", "EarlyTermination")
     assert ev["type"] == "Warning"
     # the Kaiwo object itself stays for inspection
     assert get(admin, kaiwo_url("KaiwoJob", namespace, "doomed")) is not None
-
-
-@pytest.fixture
-def garbage_collector(control_plane):
-    """Kubernetes' garbage collector (kube-controller-manager with only that
-    controller), started for one test and stopped after it."""
-    kubeconfig = control_plane.add_user("gc-test", ("system:masters",))
-    proc = Process(
-        "gc-test",
-        [
-            str(control_plane.assets.binary("kube-controller-manager")),
-            f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            "--controllers=garbage-collector-controller,persistentvolumeclaim-protection-controller",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
-        ],
-        control_plane.directory / "logs" / "gc-test.log",
-    )
-    proc.start()
-    time.sleep(0.5)
-    assert proc.alive(), proc.log_tail()
-    yield proc
-    proc.stop()
 
 
 async def test_deleting_the_workload_deletes_what_it_owns(operator, admin, namespace, garbage_collector):

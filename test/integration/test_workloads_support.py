@@ -11,7 +11,10 @@ import asyncio
 import uuid
 from typing import Any
 
+import httpx
 import pytest
+
+from kaiwo_ctrl.local.controlplane import Process, free_port
 
 from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.manager import Manager
@@ -55,14 +58,16 @@ def ensure_queue_config(admin) -> None:
 
 
 @pytest.fixture
-async def operator(control_plane, admin, monkeypatch):
-    """The workload controllers in a Manager, as ``kaiwo-ctrl run`` wires them."""
+async def operator(control_plane, admin, monkeypatch, request):
+    """The workload controllers in a Manager, as ``kaiwo-ctrl run`` wires them.
+    A test module may set ``WORKLOAD_KINDS`` to run kinds of its own."""
     monkeypatch.setenv(workloads.IMAGE_ENV, TEST_IMAGE)
     ensure_queue_config(admin)
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     await ensure_config(client)
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    recs = workloads.setup(mgr, workers=4, rate_limiter=lambda: ItemExponentialFailureRateLimiter(base=0.05, cap=2))
+    recs = workloads.setup(mgr, workers=4, rate_limiter=lambda: ItemExponentialFailureRateLimiter(base=0.05, cap=2),
+                           kinds=getattr(request.module, "WORKLOAD_KINDS", None))
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.run(stop))
     await asyncio.wait_for(mgr.is_leader.wait(), 60)
@@ -71,6 +76,40 @@ async def operator(control_plane, admin, monkeypatch):
     yield mgr
     stop.set()
     await asyncio.wait_for(task, 60)
+
+
+@pytest.fixture
+async def garbage_collector(control_plane):
+    """Kubernetes' garbage collector (kube-controller-manager with only that
+    controller), started for one test and stopped after it; ready once its
+    health endpoint answers."""
+    port = free_port()
+    kubeconfig = control_plane.add_user("gc-test", ("system:masters",))
+    proc = Process(
+        "gc-test",
+        [
+            str(control_plane.assets.binary("kube-controller-manager")),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--controllers=garbage-collector-controller,persistentvolumeclaim-protection-controller",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+        ],
+        control_plane.directory / "logs" / "gc-test.log",
+    )
+    proc.start()
+
+    async def healthy() -> bool:
+        assert proc.alive(), proc.log_tail()
+        try:
+            async with httpx.AsyncClient(verify=False, timeout=2) as c:  # noqa: S501 - its own self-signed cert
+                return (await c.get(f"https://127.0.0.1:{port}/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await eventually(healthy, timeout=60, interval=0.2, what="kube-controller-manager healthy")
+    yield proc
+    proc.stop()
 
 
 def make_gpu_nodes(admin, vendor: str = "amd", count: int = 2) -> list[str]:

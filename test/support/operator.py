@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,9 +12,13 @@ import httpx
 
 from kaiwo_ctrl.local.controlplane import free_port
 
+TEST_DIR = Path(__file__).resolve().parents[1]
+
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: str, log_path: Path, *args: str) -> None:
+    def __init__(self, kubeconfig: str, log_path: Path, *args: str, module: str = "kaiwo_ctrl") -> None:
+        """``module``: what ``python -m`` runs with the ``run`` options (a
+        test-support module such as ``support.demo`` is found through PYTHONPATH)."""
         self.metrics_port, self.health_port = free_port(), free_port()
         # each process gets its own proxy port (the default :8000 would clash)
         self.proxy_port = free_port()
@@ -21,15 +26,17 @@ class OperatorProcess:
             args = (f"--proxy-bind-address=127.0.0.1:{self.proxy_port}", *args)
         self.log_path = log_path
         self.log = open(log_path, "ab")  # noqa: SIM115
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TEST_DIR), env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "kaiwo_ctrl", "run",
+                sys.executable, "-m", module, "run",
                 f"--kubeconfig={kubeconfig}",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
                 f"--health-probe-bind-address=127.0.0.1:{self.health_port}",
                 *args,
             ],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
         )
 
     def metrics(self) -> str:

@@ -9,7 +9,6 @@ Needs the control-plane binaries (hack/envtest/build.sh; a no-op when cached).
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from api import crdgen
 from api.examples import EXAMPLES, INVALID_EXAMPLES, all_examples, load
 from api.registry import KINDS, by_kind
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +37,9 @@ def api(tmp_path_factory):
         assert sorted(installed) == sorted(k.crd_name for k in KINDS)
         with plane.http() as client:
             # A fresh CRD answers 429 until its storage is initialised; wait for every collection.
-            deadline = time.monotonic() + 60
             for info in KINDS:
-                while client.get(collection(info.kind, "default")).status_code != 200:
-                    assert time.monotonic() < deadline, f"{info.crd_name} never became servable"
-                    time.sleep(0.2)
+                wait_until(lambda info=info: client.get(collection(info.kind, "default")).status_code == 200,
+                           timeout=60, interval=0.2, what=f"{info.crd_name} servable")
             for ns in ("team-a", "kubeai"):
                 client.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
             yield client

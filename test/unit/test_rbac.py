@@ -37,9 +37,9 @@ PKG = ROOT / "kaiwo_ctrl"
 
 #: Not part of the running operator: the download Job's program (its own
 #: clients, no Kubernetes API), the local control plane (admin tooling), the
-#: hidden ``--demo`` controller, the generators and this module.
+#: generators and this module.
 # kaiwo_cli/ is the users' command line: it runs with their credentials, not the operator's role.
-EXCLUDED = ("download/", "local/", "kaiwo_cli/", "demo.py", "rbac.py", "__main__.py")
+EXCLUDED = ("download/", "local/", "kaiwo_cli/", "rbac.py", "__main__.py")
 #: Generic implementations whose resource is a parameter; their verbs are
 #: accounted for where they are used (informer registrations, Manager wiring).
 GENERIC = {

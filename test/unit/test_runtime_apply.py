@@ -27,7 +27,8 @@ def test_contains(actual, desired, expected):
 def test_differing_paths_names_fields():
     actual = {"spec": {"template": {"spec": {"containers": [{"image": "a", "name": "m"}]}}, "replicas": 1}}
     desired = {"spec": {"template": {"spec": {"containers": [{"image": "b", "name": "m"}]}}, "replicas": 1, "x": 1}}
-    assert differing_paths(actual, desired) == ["spec.template.spec.containers[0].image", "spec.x"]
+    # one diff, one list rule: named items are matched (and named) by name
+    assert differing_paths(actual, desired) == ["spec.template.spec.containers[m].image", "spec.x"]
 
 
 @pytest.mark.parametrize(

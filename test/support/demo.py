@@ -3,8 +3,9 @@
 For every ConfigMap labelled ``kaiwo-ctrl.dev/demo=mirror`` it keeps a child
 ConfigMap ``<name>-mirror`` with the same data, owned by the source. A
 source annotated ``kaiwo-ctrl.dev/fail-times: "N"`` makes the first N
-reconciles fail, to show the rate-limited retries. ``kaiwo-ctrl run --demo``
-runs it; the runtime integration tests use it.
+reconciles fail, to show the rate-limited retries. The runtime integration
+tests use it in-process, and ``python -m support.demo run ...`` (the options of
+``kaiwo-ctrl run``) runs it as its own process the way the operator runs.
 """
 
 from __future__ import annotations
@@ -71,3 +72,24 @@ def add_demo_controller(mgr: Manager, *, tracer: Any = None, rate_limiter: Any =
     ctl.for_(rec.sources, predicates=[is_source])
     ctl.owns(rec.sources, "", "ConfigMap")
     return rec
+
+
+async def _build(mgr: Manager, *, workers: int = 16, tracer: Any = None) -> None:
+    add_demo_controller(mgr, tracer=tracer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``kaiwo-ctrl run`` with the demo controller instead of the operator's."""
+    import asyncio
+    import sys
+
+    from kaiwo_ctrl import cli
+    from kaiwo_ctrl.runtime.logging import setup_logging
+
+    args = cli.build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging(args.log_level, args.log_format)
+    return asyncio.run(cli._run_async(args, build=_build))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,11 @@
+"""The condition types of a KaiwoJob/KaiwoService status."""
+
+SCHEDULABLE = "Schedulable"
+ADMITTED = "Admitted"
+PVC_READY = "PvcReady"
+DOWNLOAD_JOB_SUCCEEDED = "DownloadJobSucceeded"
+PREEMPTABLE = "Preemptable"
+WORKLOAD_TERMINATED_EARLY = "WorkloadTerminatedEarly"
+PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+SPEC_VALID = "SpecValid"
+SPEC_CHANGE_NOT_APPLIED = "SpecChangeNotApplied"

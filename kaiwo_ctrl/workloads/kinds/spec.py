@@ -1,0 +1,152 @@
+"""The shape of a workload kind: :class:`WorkloadKind` and its
+:class:`ChildSpec` entries (compare Kueue's ``jobframework.GenericJob``).
+
+A child is declared once, as data: the resource it lives in, its name, the
+builder that makes its desired form, how its state maps onto the workload's
+status, which paths cannot be changed once it exists, which fields other
+controllers own, and how its events reach the workload. The generic
+reconciler, the cache wiring and the status machine read only these tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from kaiwo_ctrl.runtime.client import Resource
+from kaiwo_ctrl.runtime.handler import Request
+
+from ..gpu import GpuPlan
+from ..kaiwoobject import KaiwoObject
+from ..naming import name_with_suffix
+from ..storage import StoragePlan
+from ..validation import gpu_plan
+from ..world import World
+
+if TYPE_CHECKING:
+    from ..observed import ObservedChildren
+
+GROUP = "kaiwo.silogen.ai"
+
+#: How a child's events reach its workload (``ChildSpec.watch``).
+OWNS = "owns"  # controller owner reference; status, generation or deletion changes
+OWNS_ANY = "owns-any"  # controller owner reference; every event, its creation included
+MAPPED = "mapped"  # ``ChildSpec.map``: no owner reference of ours
+
+#: A condition a child contributes to the workload's status: (type, status, reason, message).
+Condition = tuple[str, str, str, str]
+MapFn = Callable[[Mapping[str, Any]], Iterable[Request]]
+
+
+@dataclass
+class Build:
+    """What every builder reads: the typed workload, the world, the storage plan
+    and (computed on first use) the GPU plan."""
+
+    o: KaiwoObject
+    world: World
+    storage: StoragePlan
+
+    @cached_property
+    def gpu(self) -> GpuPlan:
+        return gpu_plan(self.o, self.world)
+
+    @classmethod
+    def of(cls, o: KaiwoObject, world: World) -> Build:
+        return cls(o, world, StoragePlan.of(o, world))
+
+
+def main_object(
+    build: Callable[[KaiwoObject, World, GpuPlan, StoragePlan], dict[str, Any]],
+) -> Callable[[Build], dict[str, Any]]:
+    """A ``ChildSpec`` builder from a main-object builder, which takes the
+    object, the world, the GPU plan and the storage plan."""
+
+    def fn(b: Build) -> dict[str, Any]:
+        return build(b.o, b.world, b.gpu, b.storage)
+
+    fn.__name__ = build.__name__
+    return fn
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child a workload may have.
+
+    * ``kind``/``resource``: what it is and where it lives.
+    * ``slot``: its key in :class:`~..observed.ObservedChildren`.
+    * ``suffix``: its name is ``<workload>-<suffix>`` (``None``: the workload's own name).
+    * ``build``: its desired form, ``None`` when this workload does not need
+      it; no builder means another controller makes it and we only read it.
+    * ``status``: for the main child, the workload status from the observed
+      children and the previous status.
+    * ``condition``: a condition it adds to the workload's status (or ``None``).
+    * ``immutable``: paths that cannot change on the existing object (reported
+      as ``SpecChangeNotApplied``, never sent); ``growable``: the subset where
+      a larger quantity can be applied (volume expansion).
+    * ``foreign``: fields other controllers own once it exists (never sent).
+    * ``ray``: only for Ray (True) or non-Ray (False) workloads; ``None``: both.
+    * ``main``: the underlying workload object (built only after the downloads
+      succeeded); ``terminate``: early termination deletes it.
+    * ``watch``: :data:`OWNS`, :data:`OWNS_ANY`, :data:`MAPPED` (with ``map``)
+      or ``None`` (never watched); ``adopted``: map function for a managed
+      child no workload controls (it still follows the workload of its name).
+    """
+
+    kind: str
+    resource: Resource
+    slot: str
+    suffix: str | None = None
+    build: Callable[[Build], dict[str, Any] | None] | None = None
+    status: Callable[[ObservedChildren, str], str] | None = None
+    condition: Callable[[Mapping[str, Any] | None], Condition | None] | None = None
+    immutable: tuple[str, ...] = ()
+    growable: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()
+    ray: bool | None = None
+    main: bool = False
+    terminate: bool = False
+    watch: str | None = OWNS
+    map: MapFn | None = None
+    adopted: MapFn | None = None
+
+    def name(self, workload: str) -> str:
+        return workload if self.suffix is None else name_with_suffix(workload, self.suffix)
+
+    def applies(self, is_ray: bool) -> bool:
+        return self.ray is None or self.ray == is_ray
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One Kaiwo workload kind and the children it declares (in creation order)."""
+
+    kind: str
+    resource: Resource
+    component: str
+    children: tuple[ChildSpec, ...]
+    #: the Kueue Workloads of its Deployment are per pod: watch the pods too
+    pod_workloads: bool = False
+
+    @property
+    def controller_name(self) -> str:
+        return self.kind.lower()
+
+    def applicable(self, is_ray: bool) -> tuple[ChildSpec, ...]:
+        return tuple(c for c in self.children if c.applies(is_ray))
+
+    def main_child(self, is_ray: bool) -> ChildSpec:
+        return next(c for c in self.children if c.main and c.applies(is_ray))
+
+    def main_kind(self, is_ray: bool) -> tuple[str, str]:
+        """(apiVersion, kind) of the underlying object."""
+        c = self.main_child(is_ray)
+        return (c.resource.api_version, c.kind)
+
+    def termination_order(self) -> tuple[ChildSpec, ...]:
+        """Children early termination deletes: the main objects (and what they
+        made) first, so nothing re-creates what is deleted next."""
+        first = [c for c in self.children if c.terminate and (c.main or c.build is None)]
+        return tuple(first + [c for c in self.children if c.terminate and c not in first])

@@ -1,0 +1,83 @@
+"""What the caches hold for one workload, sorted into the slots its
+:class:`~.kinds.WorkloadKind` declares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .kaiwoobject import KaiwoObject
+from .kinds import WORKLOAD_KINDS, WorkloadKind
+
+
+class ObservedChildren:
+    """The observed children of one workload by slot (absent: ``None``).
+
+    ``main`` is the underlying object (Job, RayJob, Deployment or AppWrapper);
+    ``unapplied_fields`` what :func:`kaiwo_ctrl.workloads.drift.immutable_drift`
+    found; ``gpu_demand`` whether another workload is waiting for GPUs (see
+    :func:`kaiwo_ctrl.workloads.status.has_gpu_demand`).
+    """
+
+    __slots__ = ("objects", "unapplied_fields", "gpu_demand")
+
+    def __init__(
+        self, *, unapplied_fields: tuple[str, ...] = (), gpu_demand: bool = False, **objects: Mapping[str, Any] | None
+    ) -> None:
+        self.objects: dict[str, dict[str, Any]] = {k: dict(v) for k, v in objects.items() if v is not None}
+        self.unapplied_fields = tuple(unapplied_fields)
+        self.gpu_demand = gpu_demand
+
+    def get(self, slot: str) -> dict[str, Any] | None:
+        return self.objects.get(slot)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObservedChildren):
+            return NotImplemented
+        return (self.objects, self.unapplied_fields, self.gpu_demand) == (
+            other.objects, other.unapplied_fields, other.gpu_demand,
+        )
+
+    def __repr__(self) -> str:
+        return f"ObservedChildren(slots={sorted(self.objects)}, unapplied={self.unapplied_fields}, gpu_demand={self.gpu_demand})"
+
+    # the slots the status machine reads by name
+    @property
+    def main(self) -> dict[str, Any] | None:
+        return self.objects.get("main")
+
+    @property
+    def data_pvc(self) -> dict[str, Any] | None:
+        return self.objects.get("data_pvc")
+
+    @property
+    def hf_pvc(self) -> dict[str, Any] | None:
+        return self.objects.get("hf_pvc")
+
+    @property
+    def download_configmap(self) -> dict[str, Any] | None:
+        return self.objects.get("download_configmap")
+
+    @property
+    def download_job(self) -> dict[str, Any] | None:
+        return self.objects.get("download_job")
+
+    @property
+    def ray_service(self) -> dict[str, Any] | None:
+        return self.objects.get("ray_service")
+
+    @classmethod
+    def from_objects(
+        cls, obj: Any, objects: Iterable[Mapping[str, Any]], *, kind: WorkloadKind | None = None, **extra: Any
+    ) -> ObservedChildren:
+        """Sort the objects into the slots of the children ``obj``'s kind
+        declares, by kind and name (others are ignored)."""
+        o = KaiwoObject.of(obj)
+        wk = kind or WORKLOAD_KINDS[o.kind]
+        slots = {(c.kind, c.name(o.name)): c.slot for c in wk.applicable(o.is_ray)}
+        found: dict[str, Any] = {}
+        for item in objects:
+            slot = slots.get((item.get("kind"), (item.get("metadata") or {}).get("name")))
+            if slot:
+                found[slot] = item
+        return cls(**found, **extra)

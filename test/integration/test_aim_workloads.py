@@ -146,8 +146,11 @@ async def test_pull_secrets_on_jobs_and_deployments_and_live_changes(operator, a
     create_kaiwo(admin, "KaiwoJob", namespace, "after", image="busybox", entrypoint="sleep 1")
     after = await wait_object(admin, job_url(namespace, "after"), what="Job after the config was deleted")
     assert "imagePullSecrets" not in pod_spec(after)
-    await eventually(lambda: "SpecChangeNotApplied" not in conditions(status_of(admin, "KaiwoJob", namespace, "job")),
-                     what="the Job matches its spec again once the config is gone")
+    # The running Job keeps the pull secret it was created with, which no longer applies: it still
+    # differs from what its spec now gives, so SpecChangeNotApplied stays, naming the field.
+    await eventually(lambda: (c := conditions(status_of(admin, "KaiwoJob", namespace, "job")).get("SpecChangeNotApplied"))
+                     and c[0] == "True" and "imagePullSecrets" in c[2],
+                     what="the Job still reports the pull secret it keeps after the config is gone")
 
 
 async def test_oldest_config_applies(operator, admin, namespace):

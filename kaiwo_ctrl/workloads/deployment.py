@@ -7,6 +7,7 @@ from typing import Any
 from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_APP, queue_labels
+from .naming import name_label
 from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
 from .storage import StoragePlan
 from .world import World
@@ -29,11 +30,11 @@ def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stor
     template = spec["template"]
     template.setdefault("spec", {})["restartPolicy"] = "Always"
     selector = spec.setdefault("selector", {})
-    selector.setdefault("matchLabels", {})[LABEL_APP] = obj.name
+    selector.setdefault("matchLabels", {})[LABEL_APP] = name_label(obj.name)
     spec["replicas"] = gpu.replicas
     if obj.entrypoint:
         apply_entrypoint(template, obj.entrypoint)
-    extra = {LABEL_APP: obj.name, **queue_labels(obj.queue_name(settings), obj.priority_class)}
+    extra = {LABEL_APP: name_label(obj.name), **queue_labels(obj.queue_name(settings), obj.priority_class)}
     decorate_pod_template(
         template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica, extra_labels=extra)
     )

@@ -11,7 +11,7 @@ from kaiwo_ctrl.download.config import DownloadConfig
 
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_TYPE, TYPE_DOWNLOADER
-from .naming import name_with_suffix
+from .naming import name_with_suffix, volume_name
 from .world import World
 
 OBJECT_DOWNLOAD_KINDS = ("s3", "gcs", "azureBlob", "git")
@@ -147,7 +147,7 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         if secret_key not in keys:
             keys.append(secret_key)
     for secret_name, keys in by_secret.items():
-        volume = f"secret-{secret_name}"
+        volume = volume_name("secret", secret_name)
         volumes.append(
             {"name": volume, "secret": {"secretName": secret_name, "items": [{"key": k, "path": k} for k in keys]}}
         )

@@ -8,7 +8,15 @@ from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_APP, queue_labels
 from .naming import name_label
-from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
+from .podtemplate import (
+    PodRole,
+    apply_entrypoint,
+    check_pod_template,
+    decorate_pod_template,
+    default_pod_template,
+    expect_mapping,
+    mapping_at,
+)
 from .storage import StoragePlan
 from .world import World
 
@@ -17,8 +25,10 @@ def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stor
     settings = world.settings
     user = obj.user_spec
     if user is not None:
-        spec: dict[str, Any] = dict(user.get("spec") or {})
-        spec.setdefault("template", {})
+        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.deployment.spec"))
+        spec["template"] = check_pod_template(spec.get("template"), "spec.deployment.spec.template")
+        selector = spec["selector"] = dict(expect_mapping(spec.get("selector"), "spec.deployment.spec.selector"))
+        mapping_at(selector, "matchLabels", "spec.deployment.spec.selector.matchLabels")
     else:
         spec = {
             "replicas": 1,

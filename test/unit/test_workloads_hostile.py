@@ -138,3 +138,34 @@ def test_appwrapper_declares_every_ray_group():
         {"replicas": 3, "path": "template.spec.rayClusterConfig.workerGroupSpecs[0].template"},
         {"replicas": 3, "path": "template.spec.rayClusterConfig.workerGroupSpecs[1].template"},
     ]
+
+
+def _dl_storage(download):
+    return {"storageEnabled": True, "data": {"storageSize": "1Gi", "download": download}}
+
+
+@pytest.mark.parametrize(
+    "download,path",
+    [
+        ({"git": [{"repository": "https://ghp_TOKEN@github.com/o/r.git", "targetPath": "r"}]},
+         "spec.storage.data.download.git[0].repository"),
+        ({"git": [{"repository": "https://u:p@host/r.git", "targetPath": "r"}]}, "spec.storage.data.download.git[0].repository"),
+        ({"s3": [{"endpointUrl": "http://key:secret@minio:9000", "buckets": []}]}, "spec.storage.data.download.s3[0].endpointUrl"),
+        ({"git": [{"repository": "https://host/r.git", "targetPath": "r",
+                   "token": {"file": "/var/run/secrets/kubernetes.io/serviceaccount/token"}}]},
+         "spec.storage.data.download.git[0].token.file"),
+        ({"git": [{"repository": "https://host/r.git", "targetPath": "r", "token": {"file": "/app/secrets/../../etc/x"}}]},
+         "spec.storage.data.download.git[0].token.file"),
+    ],
+)
+def test_credentials_never_reach_the_download_configmap(download, path):
+    with pytest.raises(FieldError) as err:
+        desired_children(kjob(image="i", storage=_dl_storage(download)), WORLD)
+    assert err.value.path == path
+
+
+def test_secret_file_under_the_mount_root_is_accepted():
+    download = {"git": [{"repository": "https://host/r.git", "targetPath": "r",
+                         "token": {"file": "/app/secrets/git/tok", "secretName": "git", "secretKey": "tok"}}]}
+    children = desired_children(kjob(image="i", storage=_dl_storage(download)), WORLD)
+    assert [c["kind"] for c in children][-1] == "Job"

@@ -48,6 +48,9 @@ class Rule:
     #: For ``<kind>/finalizers`` only: (file, text) proving an owner reference
     #: with ``blockOwnerDeletion: true`` is built there (checked by the tests).
     evidence: tuple[tuple[str, str], ...] = ()
+    #: Restrict every verb but ``create`` to these object names (RBAC cannot
+    #: restrict ``create`` by name: the name is not known when it authorizes).
+    resource_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.verbs) - set(VERB_ORDER)
@@ -167,6 +170,10 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
 )
 
+#: Name of the leader-election Lease (``kaiwo-ctrl run --leader-election-id``);
+#: the Role grants get/update on this Lease only.
+LEADER_ELECTION_ID = "83fc2279.silogen.ai"
+
 #: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),
 #: bound in the operator's namespace.
 LEADER_ELECTION_RULES: tuple[Rule, ...] = (
@@ -175,6 +182,7 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "leases",
         ("get", "create", "update"),
         "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
+        resource_names=(LEADER_ELECTION_ID,),
     ),
     Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
 )
@@ -195,16 +203,25 @@ def _sorted_verbs(verbs: Iterable[str]) -> list[str]:
 
 
 def policy_rules(rules: Iterable[Rule]) -> list[dict]:
-    """Rules merged the way RBAC reads them: one entry per (group, verbs), resources sorted."""
+    """Rules merged the way RBAC reads them: one entry per (group, verbs), resources
+    sorted; rules with resource names get entries of their own."""
+    rules = list(rules)
+    named = [r for r in rules if r.resource_names]
     by_resource: dict[tuple[str, str], set[str]] = {}
     for r in rules:
-        by_resource.setdefault((r.group, r.resource), set()).update(r.verbs)
+        verbs = {"create"} & set(r.verbs) if r.resource_names else set(r.verbs)
+        if verbs:
+            by_resource.setdefault((r.group, r.resource), set()).update(verbs)
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for (group, resource), verbs in by_resource.items():
         grouped.setdefault((group, tuple(_sorted_verbs(verbs))), []).append(resource)
     out = []
     for (group, verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1])[0])):
         out.append({"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)})
+    for r in named:
+        verbs = [v for v in _sorted_verbs(r.verbs) if v != "create"]
+        if verbs:
+            out.append({"apiGroups": [r.group], "resources": [r.resource], "resourceNames": list(r.resource_names), "verbs": verbs})
     return out
 
 

@@ -33,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--metrics-bind-address", default=os.environ.get("METRICS_BIND_ADDRESS", ":8080"), help="'0' disables")
     run.add_argument("--health-probe-bind-address", default=os.environ.get("HEALTH_PROBE_BIND_ADDRESS", ":8081"))
+    run.add_argument(
+        "--metrics-secure",
+        action="store_true",
+        default=_env_bool("METRICS_SECURE", False),
+        help="serve /metrics over TLS and only to bearer tokens allowed 'get' on the /metrics URL "
+        "(TokenReview + SubjectAccessReview); needs its own --metrics-bind-address",
+    )
+    run.add_argument("--metrics-cert-dir", default=os.environ.get("METRICS_CERT_DIR"),
+                     help="tls.crt and tls.key for --metrics-secure (default: a self-signed certificate)")
     run.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     run.add_argument(
         "--log-format",
@@ -162,6 +171,14 @@ async def _run_async(args: argparse.Namespace) -> int:
         health_addr=args.health_probe_bind_address,
         leader_election=le,
     )
+    if args.metrics_secure:
+        from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
+
+        cert_dir = args.metrics_cert_dir
+        mgr.metrics_auth = MetricsAuth(client)
+        mgr.metrics_ssl = server_ssl_context(
+            f"{cert_dir}/tls.crt" if cert_dir else None, f"{cert_dir}/tls.key" if cert_dir else None
+        )
     tracer = setup_tracing(args.tracing)
     await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo)
 

@@ -168,6 +168,14 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
+    # --- secure metrics -----------------------------------------------------
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
+    Rule(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        ("create",),
+        "runtime/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure)",
+    ),
 )
 
 #: Name of the leader-election Lease (``kaiwo-ctrl run --leader-election-id``);
@@ -252,6 +260,16 @@ def leader_election_role() -> dict:
     }
 
 
+def metrics_reader_role() -> dict:
+    """For scrapers of the secure metrics endpoint: bind it to Prometheus' ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "metrics-reader", "labels": {"app.kubernetes.io/name": "kaiwo-ctrl"}},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
+
+
 def user_roles(kind_label: str, group: str, plural: str) -> dict[str, dict]:
     """Editor and viewer ClusterRoles for one kind (namespaced kinds aggregate into edit/view)."""
     namespaced = plural in ("kaiwojobs", "kaiwoservices")
@@ -296,6 +314,7 @@ def generated_files() -> dict[str, str]:
     files = {
         "role.yaml": _commented_cluster_role(),
         "leader_election_role.yaml": HEADER + _dump(leader_election_role()),
+        "metrics_reader_role.yaml": HEADER + _dump(metrics_reader_role()),
     }
     for group, plural, label in USER_KINDS:
         for name, doc in user_roles(label, group, plural).items():

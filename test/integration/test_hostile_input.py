@@ -23,7 +23,8 @@ import asyncio
 import os
 import random
 import uuid
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -55,7 +56,7 @@ class Case:
     #: True when the status depends on the reconciler turning any build error into
     #: an ERROR status (issue 10's catch-all) rather than on a check of its own
     needs_catch_all: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _name(rng: random.Random, length: int | None = None) -> str:
@@ -146,7 +147,10 @@ def catalogue(rng: random.Random) -> list[Case]:
         secret = rng.choice(["cred.with.dots", "s" * 60, "tls.example.com-" + "x" * 50])
         cases.append(Case(f"name of {length} characters with storage and secret {secret[:20]}...", "KaiwoJob",
                           _name(rng, length), {"storage": _storage(_s3(secret), hf=True)},
-                          "runs" if length <= 63 else "failed", extra={"secret": secret}))
+                          "runs", extra={"secret": secret}))
+    # past 63 characters the main Job's own name is invalid: the apiserver refuses it
+    cases.append(Case("job name over 63 characters, no storage", "KaiwoJob", _name(rng, rng.randint(64, 120)),
+                      {"entrypoint": "sleep 1"}, "failed", "is invalid"))
     return cases
 
 
@@ -185,6 +189,12 @@ async def operator(plane, kube, monkeypatch):
     yield mgr
     stop.set()
     await asyncio.wait_for(task, 60)
+
+
+async def _health(operator) -> httpx.Response:
+    # async: the operator serves /healthz from this same event loop
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.get(f"http://127.0.0.1:{operator.bound['health']}/healthz")
 
 
 def _free_port() -> int:
@@ -316,7 +326,7 @@ async def _exercise(kube, operator, cases: list[Case]) -> None:
     problems += [f"[{label}] {why}" for label, why in statuses.items()]
     problems += _check_children(kube, ns, accepted)
     # the operator is healthy and the accepted objects stop changing
-    health = httpx.get(f"http://127.0.0.1:{operator.bound['health']}/healthz", timeout=10)
+    health = await _health(operator)
     if health.status_code != 200:
         problems.append(f"operator unhealthy: {health.status_code} {health.text}")
     await _settled(kube, [_url(c.kind, ns, c.name) for c in accepted])
@@ -374,5 +384,5 @@ async def test_hostile_queue_config_edits(kube, operator):
                          timeout=60, what=f"ClusterQueue {name}")
     assert kube.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/overflow").status_code == 404
     await _settled(kube, [f"{QC_URL}/kaiwo"])
-    health = httpx.get(f"http://127.0.0.1:{operator.bound['health']}/healthz", timeout=10)
+    health = await _health(operator)
     assert health.status_code == 200, health.text

@@ -23,7 +23,6 @@ Defaults: ``ttl`` 60 s, ``max_entries`` 1024, path ``/metrics``.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import ssl
@@ -116,8 +115,8 @@ class MetricsAuth:
 
 
 def server_ssl_context(cert_file: str | None = None, key_file: str | None = None) -> ssl.SSLContext:
-    """TLS for the metrics server: the given certificate, else a fresh
-    self-signed one (ECDSA P-256, one year) written to a private temp dir."""
+    """TLS for the metrics server: the given certificate, else a fresh one
+    from a throw-away CA, written to a private temp dir."""
     if not cert_file:
         cert_file, key_file = _self_signed()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -127,29 +126,13 @@ def server_ssl_context(cert_file: str | None = None, key_file: str | None = None
 
 
 def _self_signed() -> tuple[str, str]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    from kaiwo_ctrl.local.certs import TinyCA  # the project's one certificate helper
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kaiwo-ctrl-metrics")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-        .sign(key, hashes.SHA256())
+    pair = TinyCA("kaiwo-ctrl-metrics-ca").issue(
+        "kaiwo-ctrl-metrics", server=True, dns=("localhost",), ips=("127.0.0.1",)
     )
     directory = Path(tempfile.mkdtemp(prefix="kaiwo-metrics-tls-"))
     cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    pair.write(cert_path, key_path)
     key_path.chmod(0o600)
     return str(cert_path), str(key_path)

@@ -20,15 +20,21 @@ def _git(*args, cwd=None):
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def _work_repo(tmp_path_factory, name: str) -> Path:
+    """An empty working repository on branch main with a committer identity."""
+    work = tmp_path_factory.mktemp(name)
+    _git("init", "-q", "-b", "main", str(work))
+    for k, v in {"user.name": "Test", "user.email": "t@example.com"}.items():
+        _git("config", k, v, cwd=work)
+    return work
+
+
 @pytest.fixture(scope="module")
 def git_repos(tmp_path_factory):
     """A project root with ``public/repo.git`` and ``private/repo.git`` (same content):
     main has two commits, branch ``feature`` one more."""
     root = tmp_path_factory.mktemp("gitroot")
-    work = tmp_path_factory.mktemp("gitwork")
-    _git("init", "-q", "-b", "main", str(work))
-    for k, v in {"user.name": "Test", "user.email": "t@example.com"}.items():
-        _git("config", k, v, cwd=work)
+    work = _work_repo(tmp_path_factory, "gitwork")
     (work / "README.md").write_text("v1\n")
     (work / "configs").mkdir()
     (work / "configs" / "train.yaml").write_text("lr: 0.1\n")
@@ -208,10 +214,7 @@ def test_url_credentials_are_scrubbed(git_repos, run_download, tmp_path):
 @pytest.fixture(scope="module")
 def symlink_repo(tmp_path_factory):
     """A repository whose ``weights`` is a symlink to the ServiceAccount token dir."""
-    work = tmp_path_factory.mktemp("symwork")
-    _git("init", "-q", "-b", "main", str(work))
-    for k, v in {"user.name": "Test", "user.email": "t@example.com"}.items():
-        _git("config", k, v, cwd=work)
+    work = _work_repo(tmp_path_factory, "symwork")
     (work / "weights").symlink_to("/var/run/secrets/kubernetes.io/serviceaccount")
     (work / "ok").mkdir()
     (work / "ok" / "a.txt").write_text("a\n")

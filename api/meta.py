@@ -198,14 +198,17 @@ class KubeObject(ApiModel):
 # Partial schemas for embedded Kubernetes types (kept as dicts in Python)
 # --------------------------------------------------------------------------
 
+# Kubernetes' quantity syntax with the exponent limited to two digits, so every
+# accepted value parses (1e9999999 overflowed the operator's arithmetic).
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"([eE](\+|-)?[0-9]{1,2}))?$"
 )
 
 QUANTITY_SCHEMA: dict[str, Any] = {
     "anyOf": [{"type": "integer"}, {"type": "string"}],
     "pattern": QUANTITY_PATTERN,
+    "maxLength": 64,
     "x-kubernetes-int-or-string": True,
 }
 

@@ -59,8 +59,25 @@ def test_operator_runs_as_its_service_account(operator, admin, deployed):
     import httpx
 
     assert httpx.get(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5).status_code == 200
-    metrics = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5)
-    assert metrics.status_code == 200 and "rest_client_requests_total" in metrics.text
+    # secure metrics: HTTPS, a token, and the kaiwo-metrics-reader role
+    url = f"https://127.0.0.1:{operator.metrics_port}/metrics"
+    assert httpx.get(url, timeout=5, verify=False).status_code == 401  # self-signed certificate
+    import yaml
+
+    token = yaml.safe_load(open(operator.env["KUBECONFIG"]))["users"][0]["user"]["token"]
+    sa = deployed["service_account"]["metadata"]
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "e2e-metrics-reader"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kaiwo-metrics-reader"},
+               "subjects": [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]}
+    assert admin.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", json=binding).status_code in (201, 409)
+
+    def scraped():
+        r = httpx.get(url, timeout=5, verify=False, headers={"Authorization": f"Bearer {token}"})
+        return r if r.status_code == 200 else None
+
+    metrics = wait_for(scraped, 90, "an authorized metrics scrape")
+    assert "rest_client_requests_total" in metrics.text
     ns = deployed["deployment"]["metadata"]["namespace"]
     lease = wait_for(lambda: get(admin, f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/83fc2279.silogen.ai"), 60, "leader Lease")
     assert lease["spec"]["holderIdentity"]

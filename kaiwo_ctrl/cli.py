@@ -19,6 +19,18 @@ def _env_bool(name: str, default: bool) -> bool:
     return default if v is None else v.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _add_metrics_security(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--metrics-secure",
+        action="store_true",
+        default=_env_bool("METRICS_SECURE", False),
+        help="serve /metrics over TLS and only to bearer tokens allowed 'get' on the /metrics URL "
+        "(TokenReview + SubjectAccessReview); needs its own --metrics-bind-address",
+    )
+    p.add_argument("--metrics-cert-dir", default=os.environ.get("METRICS_CERT_DIR"),
+                   help="tls.crt and tls.key for --metrics-secure (default: a self-signed certificate)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kaiwo-ctrl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -34,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--metrics-bind-address", default=os.environ.get("METRICS_BIND_ADDRESS", ":8080"), help="'0' disables")
     run.add_argument("--health-probe-bind-address", default=os.environ.get("HEALTH_PROBE_BIND_ADDRESS", ":8081"))
+    _add_metrics_security(run)
     run.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     run.add_argument(
         "--log-format",
@@ -58,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--health-probe-bind-address", default=os.environ.get("HEALTH_PROBE_BIND_ADDRESS", ":8081"))
     proxy.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info"))
     proxy.add_argument("--log-format", default=os.environ.get("LOG_FORMAT", "json"), choices=["json", "console"])
+    _add_metrics_security(proxy)
     add_proxy_arguments(proxy)
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
@@ -205,6 +219,14 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         health_addr=args.health_probe_bind_address,
         leader_election=le,
     )
+    if getattr(args, "metrics_secure", False):
+        from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
+
+        cert_dir = args.metrics_cert_dir
+        mgr.metrics_auth = MetricsAuth(client)
+        mgr.metrics_ssl = server_ssl_context(
+            f"{cert_dir}/tls.crt" if cert_dir else None, f"{cert_dir}/tls.key" if cert_dir else None
+        )
     from kaiwo_ctrl.serving.proxy.command import run_with_manager, setup_serving
 
     if args.cmd == "run":

@@ -48,6 +48,9 @@ class Rule:
     #: For ``<kind>/finalizers`` only: (file, text) proving an owner reference
     #: with ``blockOwnerDeletion: true`` is built there (checked by the tests).
     evidence: tuple[tuple[str, str], ...] = ()
+    #: Restrict every verb but ``create`` to these object names (RBAC cannot
+    #: restrict ``create`` by name: the name is not known when it authorizes).
+    resource_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = set(self.verbs) - set(VERB_ORDER)
@@ -213,7 +216,19 @@ CLUSTER_RULES: tuple[Rule, ...] = (
             ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))"),
         ),
     ),
+    # --- secure metrics -----------------------------------------------------
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
+    Rule(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        ("create",),
+        "runtime/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure)",
+    ),
 )
+
+#: Name of the leader-election Lease (``kaiwo-ctrl run --leader-election-id``);
+#: the Role grants get/update on this Lease only.
+LEADER_ELECTION_ID = "83fc2279.silogen.ai"
 
 #: The namespaced Role for leader election (``config/rbac/leader_election_role.yaml``),
 #: bound in the operator's namespace.
@@ -223,6 +238,7 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "leases",
         ("get", "create", "update"),
         "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
+        resource_names=(LEADER_ELECTION_ID,),
     ),
     Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
     Rule(
@@ -249,16 +265,25 @@ def _sorted_verbs(verbs: Iterable[str]) -> list[str]:
 
 
 def policy_rules(rules: Iterable[Rule]) -> list[dict]:
-    """Rules merged the way RBAC reads them: one entry per (group, verbs), resources sorted."""
+    """Rules merged the way RBAC reads them: one entry per (group, verbs), resources
+    sorted; rules with resource names get entries of their own."""
+    rules = list(rules)
+    named = [r for r in rules if r.resource_names]
     by_resource: dict[tuple[str, str], set[str]] = {}
     for r in rules:
-        by_resource.setdefault((r.group, r.resource), set()).update(r.verbs)
+        verbs = {"create"} & set(r.verbs) if r.resource_names else set(r.verbs)
+        if verbs:
+            by_resource.setdefault((r.group, r.resource), set()).update(verbs)
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for (group, resource), verbs in by_resource.items():
         grouped.setdefault((group, tuple(_sorted_verbs(verbs))), []).append(resource)
     out = []
     for (group, verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1])[0])):
         out.append({"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)})
+    for r in named:
+        verbs = [v for v in _sorted_verbs(r.verbs) if v != "create"]
+        if verbs:
+            out.append({"apiGroups": [r.group], "resources": [r.resource], "resourceNames": list(r.resource_names), "verbs": verbs})
     return out
 
 
@@ -286,6 +311,16 @@ def leader_election_role() -> dict:
         "kind": "Role",
         "metadata": {"name": "leader-election-role", "labels": {"app.kubernetes.io/name": "kaiwo-ctrl"}},
         "rules": policy_rules(LEADER_ELECTION_RULES),
+    }
+
+
+def metrics_reader_role() -> dict:
+    """For scrapers of the secure metrics endpoint: bind it to Prometheus' ServiceAccount."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "metrics-reader", "labels": {"app.kubernetes.io/name": "kaiwo-ctrl"}},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
     }
 
 
@@ -333,6 +368,7 @@ def generated_files() -> dict[str, str]:
     files = {
         "role.yaml": _commented_cluster_role(),
         "leader_election_role.yaml": HEADER + _dump(leader_election_role()),
+        "metrics_reader_role.yaml": HEADER + _dump(metrics_reader_role()),
     }
     for group, plural, label in USER_KINDS:
         for name, doc in user_roles(label, group, plural).items():

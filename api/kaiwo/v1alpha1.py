@@ -48,6 +48,12 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 #: Label-key shaped strings (optional DNS prefix + name), e.g. kubernetes.io/hostname.
 LABEL_KEY_PATTERN = CONDITION_TYPE_PATTERN
+#: Queue and priority-class names are copied into label values
+#: (kueue.x-k8s.io/queue-name, kueue.x-k8s.io/priority-class): at most 63
+#: characters of a DNS subdomain.
+QUEUE_NAME_MAX = 63
+QUEUE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The only KaiwoQueueConfig name the operator reconciles.
 KAIWO_QUEUE_CONFIG_NAME = "kaiwo"
@@ -166,16 +172,21 @@ class CommonMetaSpec(ApiModel):
             "Owner of the workload, usually an e-mail address. Used for the kaiwo.silogen.ai/user label "
             "on everything the operator creates."
         ),
+        max_length=253,
     )
     pod_template_spec_labels: dict[str, str] | None = field(
         None,
         description="Extra labels for the generated pod templates; Kaiwo system labels win on conflicts.",
     )
     gpus: int = field(0, description="Total number of GPUs for the whole workload.")
-    gpu_vendor: str = field("amd", description="GPU vendor, e.g. amd or nvidia; selects the GPU resource name.")
+    gpu_vendor: str = field(
+        "amd", description="GPU vendor, e.g. amd or nvidia; selects the GPU resource name.", max_length=63
+    )
     gpu_models: list[str] | None = field(
         None,
         description="Restrict GPU pods to nodes whose kaiwo/gpu-model label is one of these models.",
+        max_items=64,
+        items={"maxLength": 63},
     )
     version: str | None = field(None, description="Free-form version string, kept as metadata only.")
     replicas: int = field(1, description="Number of replicas (Ray worker replicas or Deployment replicas).")
@@ -189,12 +200,13 @@ class CommonMetaSpec(ApiModel):
             "when other workloads wait for GPUs."
         ),
         pattern=DURATION_PATTERN,
+        max_length=64,
     )
     preferred_topology_label: str | None = field(
-        None, description="Kueue preferred topology level (node label) for the pods."
+        None, description="Kueue preferred topology level (node label) for the pods.", max_length=316
     )
     required_topology_label: str | None = field(
-        None, description="Kueue required topology level (node label) for the pods."
+        None, description="Kueue required topology level (node label) for the pods.", max_length=316
     )
     resources: dict[str, Any] | None = field(
         None,
@@ -205,7 +217,7 @@ class CommonMetaSpec(ApiModel):
         schema=RESOURCE_REQUIREMENTS_SCHEMA,
     )
     image: str | None = field(
-        None, description="Default image for containers that do not set one."
+        None, description="Default image for containers that do not set one.", max_length=4096
     )
     image_pull_secrets: list[dict[str, Any]] | None = field(
         None,
@@ -250,9 +262,14 @@ class KaiwoJobSpec(CommonMetaSpec):
             "Kueue ClusterQueue (and LocalQueue of the same name) the job is submitted to; "
             "the KaiwoConfig default queue when empty."
         ),
+        max_length=QUEUE_NAME_MAX,
+        pattern=QUEUE_NAME_PATTERN,
     )
     priority_class: str | None = field(
-        None, description="Priority class for the job (Kueue WorkloadPriorityClass and/or pod PriorityClass)."
+        None,
+        description="Priority class for the job (Kueue WorkloadPriorityClass and/or pod PriorityClass).",
+        max_length=QUEUE_NAME_MAX,
+        pattern=QUEUE_NAME_PATTERN,
     )
     entrypoint: str | None = field(
         None,
@@ -284,9 +301,14 @@ class KaiwoServiceSpec(CommonMetaSpec):
             "Kueue ClusterQueue (and LocalQueue of the same name) the service is submitted to; "
             "the KaiwoConfig default queue when empty."
         ),
+        max_length=QUEUE_NAME_MAX,
+        pattern=QUEUE_NAME_PATTERN,
     )
     priority_class: str | None = field(
-        None, description="Priority class for the service (Kueue WorkloadPriorityClass and/or pod PriorityClass)."
+        None,
+        description="Priority class for the service (Kueue WorkloadPriorityClass and/or pod PriorityClass).",
+        max_length=QUEUE_NAME_MAX,
+        pattern=QUEUE_NAME_PATTERN,
     )
     entrypoint: str | None = field(
         None, description="Command or script run by the main Deployment container; not used with ray: true."
@@ -461,6 +483,7 @@ class ClusterQueue(ApiModel):
             "Namespaces that get a LocalQueue of the same name pointing at this ClusterQueue. When set, "
             "Kaiwo manages those LocalQueues; leave empty to manage LocalQueues yourself."
         ),
+        items={"maxLength": 63, "pattern": NAMESPACE_PATTERN},
     )
 
 

@@ -27,6 +27,7 @@ used, which is how ``spec.env`` reaches the Job).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from api.kaiwo.download import (
     HuggingFaceDownloadItem,
     ObjectStorageDownloadSpec,
     S3DownloadItem,
+    SECRETS_MOUNT_ROOT,
     ValueReference,
 )
 
@@ -52,6 +54,15 @@ __all__ = ["DownloadConfig", "HuggingFaceTask", "ValueReference", "SecretRef"]
 
 DEFAULT_DATA_DIR = "/workload"
 DEFAULT_HF_DIR = "/hf_cache"
+#: Secret values are only ever read from below this directory (where the
+#: download Job mounts its Secrets), so a ``file`` reference cannot name the
+#: pod's ServiceAccount token or any other file and send it to a server.
+SECRETS_DIR_ENV = "KAIWO_DOWNLOAD_SECRETS_DIR"
+DEFAULT_SECRETS_DIR = SECRETS_MOUNT_ROOT
+
+
+def secrets_dir() -> str:
+    return os.environ.get(SECRETS_DIR_ENV) or DEFAULT_SECRETS_DIR
 
 
 class HuggingFaceTask(HuggingFaceDownloadItem):
@@ -211,11 +222,24 @@ class DownloadConfig(DownloadTaskConfig):
         return cls.from_text(text, source=str(p))
 
 
-def read_secret(ref: ValueReference, label: str) -> str:
-    """Read a mounted secret value. Errors name the file, never the content."""
+def secret_file_path(ref: ValueReference, label: str, root: str | None = None) -> str:
+    """The file a ValueReference names, required to resolve below the secrets
+    directory (``root``, default :func:`secrets_dir`). Kubernetes mounts Secret
+    keys as symlinks into a hidden directory of the same mount, so the check is
+    on the resolved path."""
     path = ref.file or (ref.default_file_path() if ref.secret_name and ref.secret_key else "")
     if not path:
         raise ConfigError(f"{label}: value reference has neither file nor secretName/secretKey")
+    base = os.path.realpath(root or secrets_dir())
+    real = os.path.realpath(path)
+    if not real.startswith(base.rstrip("/") + "/"):
+        raise ConfigError(f"{label}: secret file {path!r} is not below the secrets directory {base!r}")
+    return path
+
+
+def read_secret(ref: ValueReference, label: str) -> str:
+    """Read a mounted secret value. Errors name the file, never the content."""
+    path = secret_file_path(ref, label)
     try:
         value = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -223,6 +247,19 @@ def read_secret(ref: ValueReference, label: str) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{label}: cannot read secret file {path!r}: {type(exc).__name__}") from None
     return value.strip()
+
+
+def url_credentials(url: str | None) -> list[str]:
+    """The user-info parts (username and password) embedded in a URL such as
+    ``https://TOKEN@host/repo.git`` or ``http://key:secret@minio:9000``; a
+    token is often given as the username."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit((url or "").strip())
+    except ValueError:
+        return []
+    return [v for raw in (parts.username, parts.password) if raw for v in {raw, unquote(raw)}]
 
 
 def secret_fragments(value: str) -> list[str]:

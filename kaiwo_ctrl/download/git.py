@@ -21,11 +21,12 @@ import stat
 import subprocess
 import tempfile
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit, urlunsplit
 
 from api.kaiwo.download import GitDownloadItem
 
+from .config import secret_file_path, url_credentials
 from .objectstore import Context
 from .transfer import (
     PARTIAL_MARKER,
@@ -39,6 +40,20 @@ from .transfer import (
     safe_join,
     with_retries,
 )
+
+#: http.lowSpeedLimit / http.lowSpeedTime: abort a transfer slower than 1 KiB/s for a minute.
+LOW_SPEED_LIMIT = 1024
+LOW_SPEED_TIME = 60
+#: Wall-clock limit of one git command (env KAIWO_GIT_TIMEOUT, seconds; default 2 h).
+DEFAULT_GIT_TIMEOUT = 7200.0
+
+
+def git_timeout() -> float:
+    try:
+        return max(float(os.environ.get("KAIWO_GIT_TIMEOUT", DEFAULT_GIT_TIMEOUT)), 1.0)
+    except ValueError:
+        return DEFAULT_GIT_TIMEOUT
+
 
 _ASKPASS = """#!/bin/sh
 case "$1" in
@@ -93,10 +108,10 @@ class GitJob:
         if not self.url:
             raise ConfigError(f"{label}: repository is empty")
         self.safe_url = redact_url(self.url)
-        # A password embedded in the URL is the user's choice; keep it out of the logs.
-        parts = urlsplit(self.url)
-        if parts.password:
-            ctx.log.add_secret(parts.password)
+        # Credentials embedded in the URL (a token is often the username) are the
+        # user's choice; keep every part of them out of the logs.
+        for value in url_credentials(self.url):
+            ctx.log.add_secret(value)
         self.target = safe_join(ctx.data_dir, item.target_path or "")
         if self.target == ctx.data_dir and (item.target_path or "").strip() in ("", ".", "/"):
             raise ConfigError(f"{label}: targetPath must name a directory below the data root")
@@ -125,14 +140,27 @@ class GitJob:
         return env
 
     def _secret_path(self, ref, what: str) -> str:
-        path = ref.file or (ref.default_file_path() if ref.secret_name and ref.secret_key else "")
-        if not path or not Path(path).is_file():
+        path = secret_file_path(ref, f"{self.label}.{what}")
+        if not Path(path).is_file():
             raise ConfigError(f"{self.label}.{what}: secret file {path!r} does not exist (is the Secret mounted?)")
         return path
 
     def _git(self, args: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
-        cmd = ["git", "-c", "credential.helper=", "-c", "core.askPass=" + env["GIT_ASKPASS"], *args]
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+        # A stalled server (below LOW_SPEED_LIMIT bytes/s for LOW_SPEED_TIME s)
+        # aborts the transfer; a whole command is killed after GIT_TIMEOUT s.
+        cmd = [
+            "git",
+            "-c", "credential.helper=",
+            "-c", "core.askPass=" + env["GIT_ASKPASS"],
+            "-c", f"http.lowSpeedLimit={LOW_SPEED_LIMIT}",
+            "-c", f"http.lowSpeedTime={LOW_SPEED_TIME}",
+            "-c", "core.symlinks=true",
+            *args,
+        ]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=git_timeout())
+        except subprocess.TimeoutExpired:
+            raise TransientError(f"git {args[0]} of {self.safe_url} timed out after {git_timeout():.0f}s") from None
         if proc.returncode != 0:
             raise self._classify(proc.stderr, args[0])
         return proc.stdout
@@ -213,8 +241,12 @@ class GitJob:
                 # Credentials embedded in the URL must not stay in .git/config.
                 subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", self.safe_url], check=False, capture_output=True)
             return clone
+        if ".git" in PurePosixPath(sub).parts:
+            raise ConfigError(f"{self.label}: path {sub!r} is inside the repository's .git directory")
+        # safe_join refuses '..' and any symlinked component (a repository can
+        # hold 'weights -> /var/run/secrets/...'; copying it would copy the target).
         src = safe_join(clone, sub, what="path")
-        if not src.exists() or src.resolve() == (clone / ".git").resolve():
+        if not src.exists():
             raise NotFoundError(f"path {sub!r} does not exist in {self.safe_url}")
         staged = work / "staged"
         if src.is_dir():

@@ -6,9 +6,19 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
-from .config import DEFAULT_DATA_DIR, DEFAULT_HF_DIR, DownloadConfig, read_secret, secret_fragments
+from .config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_HF_DIR,
+    SECRETS_DIR_ENV,
+    DownloadConfig,
+    read_secret,
+    secret_fragments,
+    secrets_dir,
+    url_credentials,
+)
 from .objectstore import Context
 from .transfer import ConfigError, DownloadError, EventLog, ExitCode, RetryPolicy, Runner, Task
 
@@ -52,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(os.environ.get("KAIWO_DOWNLOAD_RETRY_DELAY", "1.0")),
         help="base backoff in seconds, doubled per attempt (default 1.0)",
     )
+    p.add_argument(
+        "--secrets-dir",
+        help=f"directory the Secrets are mounted under; secret files elsewhere are refused "
+        f"(default ${SECRETS_DIR_ENV}, else {secrets_dir()})",
+    )
     p.add_argument("--progress-interval", type=float, default=2.0, help="seconds between progress lines per file")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper)
     return p
@@ -78,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallel < 1 or args.retries < 1:
         log.error("bad_arguments", error="--parallel and --retries must be at least 1", exit_code=int(ExitCode.CONFIG))
         return int(ExitCode.CONFIG)
+    if args.secrets_dir:
+        os.environ[SECRETS_DIR_ENV] = args.secrets_dir
     try:
         return run(config_path, args, log)
     except DownloadError as exc:
@@ -86,6 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.error("interrupted", exit_code=130)
         return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: print it scrubbed
+        # Whatever a library raised may quote a credential; the traceback goes
+        # through the same scrubbing log as everything else, never to raw stderr.
+        log.error(
+            "failed",
+            kind="internal",
+            exit_code=int(ExitCode.INTERNAL),
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(limit=20),
+        )
+        return int(ExitCode.INTERNAL)
 
 
 def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
@@ -98,6 +126,10 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
     # transfer starts, and each value is scrubbed from all later log output.
     for label, ref in cfg.value_references():
         for fragment in secret_fragments(read_secret(ref, label)):
+            log.add_secret(fragment)
+    # Credentials written into URLs (git repository, S3 endpointUrl) too.
+    for url in [s.endpoint_url for s in cfg.s3 or []] + [g.repository for g in cfg.git or []]:
+        for fragment in url_credentials(url):
             log.add_secret(fragment)
     for env_name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         if os.environ.get(env_name):

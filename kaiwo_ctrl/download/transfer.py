@@ -94,39 +94,57 @@ class EventLog:
     Every value registered through :meth:`add_secret` is replaced by ``***`` in
     each emitted line (keys and values alike), so a secret that leaks into an
     exception message from a client library still never reaches the log.
+
+    Scrubbing runs on the field values *before* JSON encoding (a secret holding
+    ``"`` or ``\\`` is escaped by the encoder and would no longer match), and
+    once more on the encoded line for the escaped and URL-quoted forms.
     """
 
     def __init__(self, stream: IO[str] | None = None, level: str = "INFO") -> None:
         self._stream = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
         self._secrets: set[str] = set()
+        self._ordered: list[str] = []
         self._min = _LEVELS.get(level.upper(), 20)
 
     def add_secret(self, value: str) -> None:
         value = value.strip()
         # Very short values would scrub ordinary words; credentials are longer.
         if len(value) >= 4:
-            with self._lock:
-                self._secrets.add(value)
-                # Also scrub the forms a secret takes inside URLs.
-                from urllib.parse import quote
+            from urllib.parse import quote
 
-                quoted = quote(value, safe="")
-                if quoted != value:
-                    self._secrets.add(quoted)
+            # The value itself plus the forms it takes inside URLs, JSON strings
+            # and repr() output (Python exception messages).
+            forms = {value, quote(value, safe=""), quote(value), json.dumps(value, ensure_ascii=False)[1:-1],
+                     json.dumps(value)[1:-1], repr(value)[1:-1]}
+            with self._lock:
+                self._secrets.update(f for f in forms if len(f) >= 4)
+                self._ordered = sorted(self._secrets, key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
-        for secret in sorted(self._secrets, key=len, reverse=True):
+        for secret in self._ordered:
             if secret in text:
                 text = text.replace(secret, "***")
         return text
+
+    def scrub_value(self, value: Any) -> Any:
+        """``value`` with secrets replaced in every string inside it (dict keys too)."""
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, dict):
+            return {self.scrub(str(k)): self.scrub_value(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [self.scrub_value(v) for v in value]
+        if value is None or isinstance(value, (bool, int, float)):
+            return value
+        return self.scrub(str(value))
 
     def emit(self, level: str, event: str, **fields: Any) -> None:
         if _LEVELS.get(level, 20) < self._min:
             return
         record = {"ts": round(time.time(), 3), "level": level, "event": event}
         record.update({k: v for k, v in fields.items() if v is not None})
-        line = json.dumps(record, default=str, ensure_ascii=False)
+        line = json.dumps(self.scrub_value(record), default=str, ensure_ascii=False)
         line = self.scrub(line)
         with self._lock:
             self._stream.write(line + "\n")
@@ -203,14 +221,43 @@ def with_retries(
 
 
 def safe_join(root: Path, relative: str, *, what: str = "targetPath") -> Path:
-    """Join ``relative`` under ``root``; refuse absolute paths and ``..`` escapes."""
+    """Join ``relative`` under ``root`` and require the result to stay there.
+
+    Absolute paths count from the root (like the data mount path would) and
+    ``..`` is refused. No component below the root may be a symlink that
+    already exists (a reused PVC can hold one planted by an earlier workload;
+    following it would write outside the volume), and the resolved path must
+    still be under the resolved root.
+    """
     rel = PurePosixPath(relative.strip())
     if rel.is_absolute():
-        # Accept "/x/y" as relative to the root, like the data mount path would.
         rel = PurePosixPath(*rel.parts[1:])
     if any(part == ".." for part in rel.parts):
         raise ConfigError(f"{what} {relative!r} escapes the destination directory")
-    return root.joinpath(*rel.parts) if rel.parts else root
+    out = root.joinpath(*rel.parts) if rel.parts else root
+    check_contained(root, out, what=what, shown=relative)
+    return out
+
+
+def check_contained(root: Path, path: Path, *, what: str = "path", shown: str | None = None) -> None:
+    """Refuse ``path`` unless it is ``root`` or below it with no symlinked
+    component below the root (checked on disk, so it holds for reused volumes)."""
+    shown = str(path) if shown is None else shown
+    try:
+        rel_parts = path.relative_to(root).parts
+    except ValueError:
+        raise ConfigError(f"{what} {shown!r} is outside {str(root)!r}") from None
+    cur = root
+    for part in rel_parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise ConfigError(f"{what} {shown!r}: {str(cur)!r} is a symbolic link; refusing to follow it")
+        if not cur.exists():
+            break
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise ConfigError(f"{what} {shown!r} resolves outside {str(root)!r}")
 
 
 def already_present(dest: Path, size: int | None) -> bool:

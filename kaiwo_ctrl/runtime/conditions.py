@@ -10,7 +10,9 @@ time is only moved when ``status`` actually flips (or when the condition is
 first added); reason/message/observedGeneration updates keep it. Inputs are
 checked against the API server's validation rules up front, raising
 ``ValueError`` that names the offending field, so a bad reason fails in the
-reconciler rather than as a rejected status update.
+reconciler rather than as a rejected status update. Messages are the
+exception: they often quote user input, so they are cut to ``MESSAGE_LIMIT``
+with a marker instead of raising.
 
 Timestamps are written as RFC 3339 in UTC with second precision and a ``Z``
 suffix (``2024-05-01T12:00:00Z``), which is what the API server stores.
@@ -29,6 +31,10 @@ __all__ = [
     "remove_condition",
     "is_true",
     "format_time",
+    "MESSAGE_LIMIT",
+    "TRUNCATION_MARKER",
+    "bound_message",
+    "quote_value",
 ]
 
 STATUSES = ("True", "False", "Unknown")
@@ -44,7 +50,28 @@ _TYPE_MAX = 316
 # with ',' or ':'.
 _REASON_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 _REASON_MAX = 1024
-_MESSAGE_MAX = 32768
+#: Messages are cut to this many characters (far below the API's 32768, so a
+#: status stays readable in ``kubectl describe`` and small in the cache).
+MESSAGE_LIMIT = 2048
+TRUNCATION_MARKER = " ...[truncated]"
+#: User-supplied values quoted inside messages are cut to this many characters.
+VALUE_LIMIT = 128
+
+
+def bound_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` cut to at most ``limit`` characters, ending in
+    :data:`TRUNCATION_MARKER` when anything was cut."""
+    if len(message) <= limit:
+        return message
+    if limit <= len(TRUNCATION_MARKER):
+        return message[:limit]
+    return message[: limit - len(TRUNCATION_MARKER)] + TRUNCATION_MARKER
+
+
+def quote_value(value: object, limit: int = VALUE_LIMIT) -> str:
+    """``repr(value)`` for quoting a user-supplied value in a message, cut to
+    ``limit`` characters with the marker."""
+    return bound_message(repr(value), limit)
 
 
 def format_time(now: datetime) -> str:
@@ -74,8 +101,6 @@ def _validate(type_: str, status: str, reason: str, message: str, observed_gener
         )
     if not isinstance(message, str):
         raise ValueError("message: must be a string")
-    if len(message) > _MESSAGE_MAX:
-        raise ValueError(f"message: must be at most {_MESSAGE_MAX} characters, got {len(message)}")
     if (
         not isinstance(observed_generation, int)
         or isinstance(observed_generation, bool)
@@ -93,8 +118,13 @@ def set_condition(
     observed_generation: int,
     now: datetime,
 ) -> bool:
-    """Insert or update the condition of ``type`` in place; return True if changed."""
+    """Insert or update the condition of ``type`` in place; return True if changed.
+
+    A message longer than :data:`MESSAGE_LIMIT` is cut, ending in
+    :data:`TRUNCATION_MARKER` (a long user value must never make the status
+    write itself fail)."""
     _validate(type, status, reason, message, observed_generation)
+    message = bound_message(message)
     stamp = format_time(now)
     existing = find_condition(conditions, type)
     if existing is None:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -67,6 +68,10 @@ class Manager:
     cache_sync_timeout: float = 120.0
     stall_threshold: float = 600.0
     component: str = "kaiwo-ctrl"
+    #: Secure metrics (runtime/metricsauth.py): a MetricsAuth whose ``guard``
+    #: wraps the /metrics handler, and the TLS context of the metrics server.
+    metrics_auth: Any = None
+    metrics_ssl: Any = None
 
     def __post_init__(self) -> None:
         self.cache = Cache(self.client, metrics=self.metrics)
@@ -167,12 +172,15 @@ class Manager:
         async def mx(req: web.Request) -> web.Response:
             return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
-        async def serve(addr: tuple[str, int], routes: list[web.RouteDef], label: str) -> web.AppRunner:
+        if self.metrics_auth is not None:
+            mx = self.metrics_auth.guard(mx)
+
+        async def serve(addr: tuple[str, int], routes: list[web.RouteDef], label: str, tls: Any = None) -> web.AppRunner:
             app = web.Application()
             app.add_routes(routes)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
-            site = web.TCPSite(runner, addr[0], addr[1], reuse_address=True)
+            site = web.TCPSite(runner, addr[0], addr[1], reuse_address=True, ssl_context=tls)
             await site.start()
             sock = site._server.sockets[0]  # type: ignore[union-attr]
             self.bound[label] = sock.getsockname()[1]
@@ -186,7 +194,7 @@ class Manager:
         if health:
             self._runner = await serve(health, probe_routes, "health")
         if metrics:
-            self._runner_metrics = await serve(metrics, [web.get("/metrics", mx)], "metrics")
+            self._runner_metrics = await serve(metrics, [web.get("/metrics", mx)], "metrics", self.metrics_ssl)
 
     async def _stop_http(self) -> None:
         for r in (self._runner, self._runner_metrics):

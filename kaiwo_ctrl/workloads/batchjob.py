@@ -7,7 +7,14 @@ from typing import Any
 from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import queue_labels
-from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
+from .podtemplate import (
+    PodRole,
+    apply_entrypoint,
+    check_pod_template,
+    decorate_pod_template,
+    default_pod_template,
+    expect_mapping,
+)
 from .storage import StoragePlan
 from .world import World
 
@@ -18,8 +25,8 @@ def build_batch_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stora
     settings = world.settings
     user = obj.user_spec
     if user is not None:
-        spec: dict[str, Any] = dict(user.get("spec") or {})  # user metadata is ignored
-        spec.setdefault("template", {})
+        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.job.spec"))  # user metadata is ignored
+        spec["template"] = check_pod_template(spec.get("template"), "spec.job.spec.template")
     else:
         spec = {
             "ttlSecondsAfterFinished": DEFAULT_TTL_SECONDS,

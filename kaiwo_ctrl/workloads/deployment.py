@@ -7,7 +7,16 @@ from typing import Any
 from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_APP, queue_labels
-from .podtemplate import PodRole, apply_entrypoint, decorate_pod_template, default_pod_template
+from .naming import name_label
+from .podtemplate import (
+    PodRole,
+    apply_entrypoint,
+    check_pod_template,
+    decorate_pod_template,
+    default_pod_template,
+    expect_mapping,
+    mapping_at,
+)
 from .storage import StoragePlan
 from .world import World
 
@@ -16,8 +25,10 @@ def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stor
     settings = world.settings
     user = obj.user_spec
     if user is not None:
-        spec: dict[str, Any] = dict(user.get("spec") or {})
-        spec.setdefault("template", {})
+        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.deployment.spec"))
+        spec["template"] = check_pod_template(spec.get("template"), "spec.deployment.spec.template")
+        selector = spec["selector"] = dict(expect_mapping(spec.get("selector"), "spec.deployment.spec.selector"))
+        mapping_at(selector, "matchLabels", "spec.deployment.spec.selector.matchLabels")
     else:
         spec = {
             "replicas": 1,
@@ -29,11 +40,11 @@ def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stor
     template = spec["template"]
     template.setdefault("spec", {})["restartPolicy"] = "Always"
     selector = spec.setdefault("selector", {})
-    selector.setdefault("matchLabels", {})[LABEL_APP] = obj.name
+    selector.setdefault("matchLabels", {})[LABEL_APP] = name_label(obj.name)
     spec["replicas"] = gpu.replicas
     if obj.entrypoint:
         apply_entrypoint(template, obj.entrypoint)
-    extra = {LABEL_APP: obj.name, **queue_labels(obj.queue_name(settings), obj.priority_class)}
+    extra = {LABEL_APP: name_label(obj.name), **queue_labels(obj.queue_name(settings), obj.priority_class)}
     decorate_pod_template(
         template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica, extra_labels=extra)
     )

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kaiwo_ctrl.quantity import QuantityError, to_int
+from kaiwo_ctrl.runtime.conditions import bound_message
 
 from .labels import NODE_LABEL_NODEPOOL
 
@@ -161,7 +162,7 @@ def check_queue(queue: str, namespace: str, queue_config: Mapping | None) -> Sch
         return SchedulableResult(
             False,
             "ClusterQueueNotFound",
-            f"Cluster queue '{queue}' is not defined in KaiwoQueueConfig 'kaiwo'",
+            f"Cluster queue '{_user(queue)}' is not defined in KaiwoQueueConfig 'kaiwo'",
             "spec.clusterQueue",
         )
     namespaces = entry.get("namespaces") or []
@@ -169,8 +170,8 @@ def check_queue(queue: str, namespace: str, queue_config: Mapping | None) -> Sch
         return SchedulableResult(
             False,
             "WrongQueueNamespace",
-            f"Cluster queue '{queue}' defines one or more namespaces, but workload namespace "
-            f"'{namespace}' is not one of them",
+            f"Cluster queue '{_user(queue)}' defines one or more namespaces, but workload namespace "
+            f"'{_user(namespace)}' is not one of them",
             "spec.clusterQueue",
         )
     return None
@@ -182,12 +183,12 @@ def check_gpus(plan: GpuPlan, stats: ClusterGpuStats) -> SchedulableResult:
     placed (each replica is one pod), although the cluster total may suffice."""
     vendor = stats.vendor
     if plan.total_gpus > 0 and stats.total_gpus == 0:
-        return SchedulableResult(False, "NoGPUs", f"Cluster has 0 GPUs (vendor: {vendor})", "spec.gpus")
+        return SchedulableResult(False, "NoGPUs", f"Cluster has 0 GPUs (vendor: {_user(vendor)})", "spec.gpus")
     if plan.total_gpus > stats.total_gpus:
         return SchedulableResult(
             False,
             "InsufficientGPUs",
-            f"Cluster has {stats.total_gpus} GPUs, but requested for {plan.total_gpus} GPUs (vendor: {vendor})",
+            f"Cluster has {stats.total_gpus} GPUs, but requested for {plan.total_gpus} GPUs (vendor: {_user(vendor)})",
             "spec.gpus",
         )
     if plan.gpus_per_replica > stats.max_gpus_per_node > 0:
@@ -195,9 +196,14 @@ def check_gpus(plan: GpuPlan, stats: ClusterGpuStats) -> SchedulableResult:
             False,
             "InsufficientGPUsPerNode",
             f"The largest node has {stats.max_gpus_per_node} GPUs, but each replica requests "
-            f"{plan.gpus_per_replica} GPUs (vendor: {vendor})",
+            f"{plan.gpus_per_replica} GPUs (vendor: {_user(vendor)})",
             "spec.gpusPerReplica",
         )
     if plan.total_gpus > 0:
         return SchedulableResult(True, "Schedulable", "Cluster has sufficient GPU resources")
     return SchedulableResult(True, "Schedulable", "Workload does not require GPU resources")
+
+
+def _user(value: object) -> str:
+    """A user-supplied string quoted in a message, bounded."""
+    return bound_message(str(value), 100)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .naming import rfc1123_normalize
+from .naming import name_label, rfc1123_normalize
 
 LABEL_USER = "kaiwo.silogen.ai/user"
 LABEL_NAME = "kaiwo.silogen.ai/name"
@@ -38,7 +38,7 @@ def system_labels(kind: str, name: str, user: str | None, uid: str | None) -> di
     """The four Kaiwo system labels of a workload's children and pod templates."""
     return {
         LABEL_USER: rfc1123_normalize(user),
-        LABEL_NAME: name,
+        LABEL_NAME: name_label(name),
         LABEL_TYPE: KIND_TYPES[kind],
         LABEL_RUN_ID: uid or "",
     }

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kaiwo_ctrl.runtime.fielderrors import FieldError
+
 from .gpu import GpuPlan, gpu_resource_key
 from .kaiwoobject import KaiwoObject
 from .labels import (
@@ -33,6 +35,83 @@ _CONTINUATION = re.compile(r"\\[ \t]*\r?\n")
 
 class EntrypointError(ValueError):
     pass
+
+
+# ---------------------------------------------------------------------------
+# Shape checks of user-supplied embedded objects. The CRD keeps embedded
+# Job/Deployment/RayJob/RayService manifests as free-form objects, so a
+# schema-valid object can hold ``containers: ["x"]``; these checks turn that
+# into a FieldError naming the field before any builder touches it.
+# ---------------------------------------------------------------------------
+
+
+def _kind_of(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def expect_mapping(value: Any, path: str) -> dict[str, Any]:
+    """``value`` when it is an object (``{}`` for a missing one), else FieldError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FieldError(path, f"must be an object, not {_kind_of(value)}")
+    return value
+
+
+def expect_objects(value: Any, path: str) -> list[dict[str, Any]]:
+    """``value`` when it is a list of objects (``[]`` for a missing one), else FieldError."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise FieldError(path, f"must be a list, not {_kind_of(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise FieldError(f"{path}[{i}]", f"must be an object, not {_kind_of(item)}")
+    return value
+
+
+def _expect_strings(value: Any, path: str) -> None:
+    for key, item in expect_mapping(value, path).items():
+        if not isinstance(item, str):
+            raise FieldError(f"{path}[{key}]", f"must be a string, not {_kind_of(item)}")
+
+
+def mapping_at(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """``parent[key]`` checked to be an object; a missing or null one is set to ``{}``."""
+    value = expect_mapping(parent.get(key), path)
+    if parent.get(key) is None:
+        parent[key] = value
+    return value
+
+
+def _optional_mapping(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """``parent[key]`` checked to be an object; an explicit null is dropped."""
+    if key in parent and parent[key] is None:
+        del parent[key]
+    return expect_mapping(parent.get(key), path)
+
+
+def check_pod_template(template: Any, path: str) -> dict[str, Any]:
+    """Check the shape of a pod template the builders will decorate (null
+    objects the decorators fill in become ``{}``)."""
+    template = expect_mapping(template, path)
+    meta = mapping_at(template, "metadata", f"{path}.metadata")
+    for key in ("labels", "annotations"):
+        _expect_strings(meta.get(key), f"{path}.metadata.{key}")
+    pod = mapping_at(template, "spec", f"{path}.spec")
+    for key in ("containers", "initContainers"):
+        for i, container in enumerate(expect_objects(pod.get(key), f"{path}.spec.{key}")):
+            cpath = f"{path}.spec.{key}[{i}]"
+            resources = _optional_mapping(container, "resources", f"{cpath}.resources")
+            for part in ("limits", "requests"):
+                _optional_mapping(resources, part, f"{cpath}.resources.{part}")
+            for list_key in ("env", "volumeMounts"):
+                expect_objects(container.get(list_key), f"{cpath}.{list_key}")
+    for key in ("volumes", "imagePullSecrets", "tolerations"):
+        expect_objects(pod.get(key), f"{path}.spec.{key}")
+    expect_mapping(pod.get("affinity"), f"{path}.spec.affinity")
+    return template
 
 
 def normalize_entrypoint(text: str) -> str:
@@ -236,6 +315,10 @@ __all__ = [
     "EntrypointError",
     "PodRole",
     "apply_entrypoint",
+    "check_pod_template",
+    "expect_mapping",
+    "mapping_at",
+    "expect_objects",
     "decorate_pod_template",
     "default_pod_template",
     "normalize_entrypoint",

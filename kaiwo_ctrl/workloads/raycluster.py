@@ -6,7 +6,7 @@ from typing import Any
 
 from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
-from .podtemplate import PodRole, decorate_pod_template, default_pod_template
+from .podtemplate import PodRole, check_pod_template, decorate_pod_template, default_pod_template, expect_objects, mapping_at
 from .storage import StoragePlan
 from .world import World
 
@@ -38,6 +38,17 @@ def default_ray_cluster(obj: KaiwoObject, world: World) -> dict[str, Any]:
     }
 
 
+def check_ray_cluster(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """Check the shape of the Ray cluster at ``parent[key]`` (the user's
+    ``rayClusterSpec``/``rayClusterConfig``); raises FieldError naming the field."""
+    cluster = mapping_at(parent, key, path)
+    for i, group in enumerate(expect_objects(cluster.get("workerGroupSpecs"), f"{path}.workerGroupSpecs")):
+        group["template"] = check_pod_template(group.get("template"), f"{path}.workerGroupSpecs[{i}].template")
+    head = mapping_at(cluster, "headGroupSpec", f"{path}.headGroupSpec")
+    head["template"] = check_pod_template(head.get("template"), f"{path}.headGroupSpec.template")
+    return cluster
+
+
 def decorate_ray_cluster(
     cluster: dict[str, Any],
     obj: KaiwoObject,
@@ -46,7 +57,8 @@ def decorate_ray_cluster(
     storage: StoragePlan,
     head_extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Decorate every worker group and the head in place (§10 steps 2-4)."""
+    """Decorate every worker group and the head in place (§10 steps 2-4).
+    The caller checked the cluster's shape (:func:`check_ray_cluster`)."""
     for group in cluster.get("workerGroupSpecs") or []:
         group.setdefault("template", {})
         decorate_pod_template(

@@ -8,7 +8,8 @@ from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import queue_labels
 from .podtemplate import normalize_entrypoint
-from .raycluster import decorate_ray_cluster, default_ray_cluster
+from .podtemplate import expect_mapping
+from .raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
 from .storage import StoragePlan
 from .world import World
 
@@ -16,8 +17,10 @@ from .world import World
 def build_ray_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
     user = obj.user_spec
     if user is not None:
-        spec: dict[str, Any] = dict(user.get("spec") or {})
-        spec.setdefault("rayClusterSpec", default_ray_cluster(obj, world))
+        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.rayJob.spec"))
+        if spec.get("rayClusterSpec") is None:
+            spec["rayClusterSpec"] = default_ray_cluster(obj, world)
+        check_ray_cluster(spec, "rayClusterSpec", "spec.rayJob.spec.rayClusterSpec")
     else:
         spec = {"shutdownAfterJobFinishes": True, "rayClusterSpec": default_ray_cluster(obj, world)}
     # Same as the batch Job: no retries, whether backoffLimit was > 0 or unset.

@@ -7,7 +7,8 @@ from typing import Any
 from .gpu import GpuPlan
 from .kaiwoobject import KaiwoObject
 from .labels import queue_labels
-from .raycluster import decorate_ray_cluster, default_ray_cluster
+from .podtemplate import expect_mapping
+from .raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
 from .storage import StoragePlan
 from .world import World
 
@@ -20,8 +21,10 @@ def build_ray_service(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Sto
     """The RayService manifest (not created directly; it goes into the AppWrapper)."""
     user = obj.user_spec
     if user is not None:
-        spec: dict[str, Any] = dict(user.get("spec") or {})
-        spec.setdefault("rayClusterConfig", default_ray_cluster(obj, world))
+        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.rayService.spec"))
+        if spec.get("rayClusterConfig") is None:
+            spec["rayClusterConfig"] = default_ray_cluster(obj, world)
+        check_ray_cluster(spec, "rayClusterConfig", "spec.rayService.spec.rayClusterConfig")
     else:
         spec = {"rayClusterConfig": default_ray_cluster(obj, world)}
     if obj.spec.get("serveConfigV2"):

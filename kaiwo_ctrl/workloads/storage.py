@@ -3,16 +3,21 @@ download Job, plus ``StoragePlan``, the resolved view of ``spec.storage``."""
 
 from __future__ import annotations
 
+import copy
+import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
 from kaiwo_ctrl.aim.credentials import download_env, env_names, fill_download_items
 from kaiwo_ctrl.download.config import DownloadConfig
+from kaiwo_ctrl.runtime.fielderrors import FieldError
 
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_TYPE, TYPE_DOWNLOADER
-from .naming import name_with_suffix
+from .naming import name_with_suffix, volume_name
 from .world import World
 
 OBJECT_DOWNLOAD_KINDS = ("s3", "gcs", "azureBlob", "git")
@@ -23,6 +28,32 @@ DOWNLOADER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"c
 SECRETS_ROOT = "/app/secrets"
 #: Pod security context of generated pods (and always of the download pod).
 SECURITY_CONTEXT = {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+#: The download pod runs user-chosen URLs and paths: it gets no API token and
+#: the most restrictive container settings (non-root, no privilege escalation,
+#: no capabilities, RuntimeDefault seccomp, read-only root with /tmp writable).
+DOWNLOADER_POD_SECURITY = {
+    **SECURITY_CONTEXT,
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+DOWNLOADER_CONTAINER_SECURITY = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+#: Wall-clock limit of the download Job (``activeDeadlineSeconds``); generous,
+#: since models can be hundreds of GiB. Operator env KAIWO_DOWNLOAD_DEADLINE_SECONDS.
+DEFAULT_DOWNLOAD_DEADLINE_SECONDS = 24 * 3600
+
+
+def download_deadline_seconds() -> int:
+    try:
+        value = int(os.environ.get("KAIWO_DOWNLOAD_DEADLINE_SECONDS", DEFAULT_DOWNLOAD_DEADLINE_SECONDS))
+    except ValueError:
+        return DEFAULT_DOWNLOAD_DEADLINE_SECONDS
+    return value if value > 0 else DEFAULT_DOWNLOAD_DEADLINE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -108,8 +139,40 @@ def build_pvcs(obj: KaiwoObject, plan: StoragePlan) -> list[dict[str, Any]]:
     return out
 
 
+def _check_download_secrets(config: DownloadConfig) -> None:
+    """The download ConfigMap is readable by anyone who can read ConfigMaps:
+    refuse credentials written into URLs (use a Secret reference instead), and
+    ``file`` references outside the mounted secrets directory (the download
+    program would send e.g. the pod's token to a user-chosen server)."""
+    base = "spec.storage.data.download"
+    for kind, items, attr in (("git", config.git, "repository"), ("s3", config.s3, "endpoint_url")):
+        for i, item in enumerate(items or []):
+            url = getattr(item, attr) or ""
+            try:
+                userinfo = "@" in (urlsplit(url.strip()).netloc or "")
+            except ValueError:
+                userinfo = False
+            if userinfo:
+                field = "repository" if kind == "git" else "endpointUrl"
+                raise FieldError(
+                    f"{base}.{kind}[{i}].{field}",
+                    "must not contain credentials (user:password@); reference a Secret "
+                    + ("with username/token" if kind == "git" else "with accessKeyId/secretKey"),
+                )
+    for label, ref in config.value_references():
+        path = posixpath.normpath(ref.file or "/")
+        if ref.file and not path.startswith(SECRETS_ROOT + "/"):
+            raise FieldError(f"{base}.{label}.file", f"must be below {SECRETS_ROOT} (where the Secrets are mounted)")
+
+
 def download_config(plan: StoragePlan) -> DownloadConfig:
     """The download program's config (format owned by ``kaiwo_ctrl.download.config``)."""
+    config = _build_download_config(plan)
+    _check_download_secrets(config)
+    return config
+
+
+def _build_download_config(plan: StoragePlan) -> DownloadConfig:
     return DownloadConfig.build(
         download_root=plan.data_mount_path if plan.data_requested else "",
         hf_home=plan.hf_mount_path if plan.hf_requested else "",
@@ -131,7 +194,10 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
     """§11.3, running the operator's own ``kaiwo-ctrl download`` program."""
     config = download_config(plan)
     command = ["kaiwo-ctrl", "download", "--config", f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"]
-    volumes: list[dict[str, Any]] = [{"name": "config", "configMap": {"name": plan.download_name}}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": plan.download_name}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
     mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_MOUNT_DIR}]
     env: list[dict[str, Any]] = []
     if plan.has_object_downloads:
@@ -150,7 +216,7 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         if secret_key not in keys:
             keys.append(secret_key)
     for secret_name, keys in by_secret.items():
-        volume = f"secret-{secret_name}"
+        volume = volume_name("secret", secret_name)
         volumes.append(
             {"name": volume, "secret": {"secretName": secret_name, "items": [{"key": k, "path": k} for k in keys]}}
         )
@@ -164,7 +230,8 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         "imagePullPolicy": "Always",
         "command": command,
         "resources": {k: dict(v) for k, v in DOWNLOADER_RESOURCES.items()},
-        "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(DOWNLOADER_CONTAINER_SECURITY),
+        "volumeMounts": mounts + [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if env:
         container["env"] = env
@@ -174,11 +241,13 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         "metadata": obj.child_metadata({LABEL_TYPE: TYPE_DOWNLOADER}, name=plan.download_name),
         "spec": {
             "backoffLimit": 0,
+            "activeDeadlineSeconds": download_deadline_seconds(),
             "template": {
                 "metadata": {"labels": {LABEL_TYPE: TYPE_DOWNLOADER}},
                 "spec": {
                     "restartPolicy": "Never",
-                    "securityContext": dict(SECURITY_CONTEXT),
+                    "automountServiceAccountToken": False,
+                    "securityContext": copy.deepcopy(DOWNLOADER_POD_SECURITY),
                     "containers": [container],
                     "volumes": volumes,
                 },

@@ -65,6 +65,8 @@ def run_download(tmp_path):
         cfg_path.write_text(json.dumps(config))
         full_env = dict(os.environ)
         full_env.pop("HF_TOKEN", None)
+        # secret_file() writes below tmp_path/secrets: that is the mounted secrets dir
+        full_env["KAIWO_DOWNLOAD_SECRETS_DIR"] = str(tmp_path / "secrets")
         for key, value in (env or {}).items():
             if value is None:  # None removes the variable
                 full_env.pop(key, None)

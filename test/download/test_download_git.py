@@ -20,15 +20,21 @@ def _git(*args, cwd=None):
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def _work_repo(tmp_path_factory, name: str) -> Path:
+    """An empty working repository on branch main with a committer identity."""
+    work = tmp_path_factory.mktemp(name)
+    _git("init", "-q", "-b", "main", str(work))
+    for k, v in {"user.name": "Test", "user.email": "t@example.com"}.items():
+        _git("config", k, v, cwd=work)
+    return work
+
+
 @pytest.fixture(scope="module")
 def git_repos(tmp_path_factory):
     """A project root with ``public/repo.git`` and ``private/repo.git`` (same content):
     main has two commits, branch ``feature`` one more."""
     root = tmp_path_factory.mktemp("gitroot")
-    work = tmp_path_factory.mktemp("gitwork")
-    _git("init", "-q", "-b", "main", str(work))
-    for k, v in {"user.name": "Test", "user.email": "t@example.com"}.items():
-        _git("config", k, v, cwd=work)
+    work = _work_repo(tmp_path_factory, "gitwork")
     (work / "README.md").write_text("v1\n")
     (work / "configs").mkdir()
     (work / "configs" / "train.yaml").write_text("lr: 0.1\n")
@@ -203,3 +209,51 @@ def test_url_credentials_are_scrubbed(git_repos, run_download, tmp_path):
     assert r.code == 0, r.stderr
     assert GIT_TOKEN not in r.stderr
     assert GIT_TOKEN not in (tmp_path / "d/p/.git/config").read_text()
+
+
+@pytest.fixture(scope="module")
+def symlink_repo(tmp_path_factory):
+    """A repository whose ``weights`` is a symlink to the ServiceAccount token dir."""
+    work = _work_repo(tmp_path_factory, "symwork")
+    (work / "weights").symlink_to("/var/run/secrets/kubernetes.io/serviceaccount")
+    (work / "ok").mkdir()
+    (work / "ok" / "a.txt").write_text("a\n")
+    _git("add", ".", cwd=work)
+    _git("commit", "-q", "-m", "evil", cwd=work)
+    bare = tmp_path_factory.mktemp("symbare") / "repo.git"
+    _git("clone", "-q", "--bare", str(work), str(bare))
+    return bare.as_uri()
+
+
+@pytest.mark.parametrize("path", ["weights", "weights/token", ".git/config", ".git", "ok/../.git/config", "../x"])
+def test_path_that_leaves_the_checkout_is_refused(symlink_repo, run_download, tmp_path, path):
+    data = tmp_path / "data"
+    r = run_download({"git": [{"repository": symlink_repo, "targetPath": "r", "path": path}]}, data_dir=data)
+    assert r.code == 2, r.stderr
+    assert not (data / "r").exists()
+
+
+def test_whole_repo_and_plain_subpath_still_work(symlink_repo, run_download, tmp_path):
+    data = tmp_path / "data"
+    r = run_download({"git": [{"repository": symlink_repo, "targetPath": "r", "path": "ok"}]}, data_dir=data)
+    assert r.code == 0, r.stderr
+    assert (data / "r" / "a.txt").read_text() == "a\n"
+
+
+def test_symlink_already_in_the_volume_is_not_followed(git_repos, run_download, tmp_path):
+    data = tmp_path / "data"
+    outside = tmp_path / "outside"
+    data.mkdir()
+    outside.mkdir()
+    (data / "src").symlink_to(outside)
+    url = (git_repos["root"] / "public" / "repo.git").as_uri()
+    r = run_download({"git": [{"repository": url, "targetPath": "src/repo"}]}, data_dir=data)
+    assert r.code == 2, r.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_token_given_as_url_username_never_leaks(git_repos, run_download, tmp_path):
+    url = git_repos["http"].replace("://", f"://{GIT_TOKEN}-wrong@") + "/private/repo.git"
+    r = run_download({"git": [{"repository": url, "targetPath": "p"}]}, data_dir=tmp_path / "data")
+    assert r.code != 0
+    assert f"{GIT_TOKEN}-wrong" not in r.stderr

@@ -169,7 +169,7 @@ def test_server_killed_mid_file_then_rerun_completes(s3_server, run_download, se
 
     cfg_path.write_text(json.dumps(cfg))
     data = tmp_path / "data"
-    proc = subprocess.Popen(downloader_cmd(cfg_path, data), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(downloader_cmd(cfg_path, data, extra=["--secrets-dir", str(tmp_path / "secrets")]), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while relay.downstream_bytes < 2 * MiB and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -212,7 +212,7 @@ def test_downloader_killed_mid_file_leaves_no_complete_looking_file(s3_server, r
     cfg_path = tmp_path / "k.yaml"
     cfg_path.write_text(json.dumps(cfg))
     data = tmp_path / "data"
-    proc = subprocess.Popen(downloader_cmd(cfg_path, data), stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(downloader_cmd(cfg_path, data, extra=["--secrets-dir", str(tmp_path / "secrets")]), stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

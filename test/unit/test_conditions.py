@@ -3,9 +3,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kaiwo_ctrl.runtime.conditions import (
+    MESSAGE_LIMIT,
+    TRUNCATION_MARKER,
+    bound_message,
     find_condition,
     format_time,
     is_true,
+    quote_value,
     remove_condition,
     set_condition,
 )
@@ -116,7 +120,7 @@ def test_remove_condition():
         ({"reason": "Has-Dash"}, "reason"),
         ({"reason": "EndsWith:"}, "reason"),
         ({"reason": "A" * 1025}, "reason"),
-        ({"message": "m" * 32769}, "message"),
+        ({"message": None}, "message"),
         ({"observed_generation": -1}, "observedGeneration"),
         ({"observed_generation": 1.5}, "observedGeneration"),
     ],
@@ -142,4 +146,26 @@ def test_validation_names_the_field(kwargs, field):
 )
 def test_validation_accepts_edge_values(type_, reason):
     conds: list[dict] = []
-    assert set_condition(conds, type_, "True", reason, "m" * 32768, 0, T0) is True
+    assert set_condition(conds, type_, "True", reason, "m" * 300, 0, T0) is True
+
+
+@pytest.mark.parametrize("length", [0, 1, MESSAGE_LIMIT - 1, MESSAGE_LIMIT, MESSAGE_LIMIT + 1, 32769, 10**6])
+def test_long_messages_are_cut_with_a_marker(length):
+    conds: list[dict] = []
+    message = "m" * length
+    assert set_condition(conds, "Ready", "False", "Bad", message, 0, T0) is True
+    stored = conds[0]["message"]
+    assert len(stored) <= MESSAGE_LIMIT
+    if length <= MESSAGE_LIMIT:
+        assert stored == message
+    else:
+        assert stored.endswith(TRUNCATION_MARKER) and stored.startswith("m" * 100)
+    # setting the same long message again changes nothing (no status write loop)
+    assert set_condition(conds, "Ready", "False", "Bad", message, 0, T0) is False
+
+
+def test_quote_value_bounds_user_strings():
+    assert quote_value("q") == "'q'"
+    quoted = quote_value("x" * 10_000)
+    assert len(quoted) <= 128 and quoted.endswith(TRUNCATION_MARKER)
+    assert bound_message("abcdef", 3) == "abc"  # a limit below the marker's length cuts plainly

@@ -105,12 +105,13 @@ def test_no_wildcards_in_any_role(default):
 
 def test_leader_election_role(default):
     role = one(default, "Role", "kaiwo-leader-election-role")
-    rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules == {
-        ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-        ("", "events"): {"create", "patch"},
-        ("", "configmaps"): {"get", "create", "patch"},  # the autoscaler's state
-    }
+    rules = {(g, r, tuple(rule.get("resourceNames", ()))): set(rule["verbs"])
+             for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    # create cannot be limited by name; reading and renewing are limited to the one Lease
+    assert rules == {("coordination.k8s.io", "leases", ()): {"create"},
+                     ("coordination.k8s.io", "leases", ("83fc2279.silogen.ai",)): {"get", "update"},
+                     ("", "events", ()): {"create", "patch"},
+                     ("", "configmaps", ()): {"get", "create", "patch"}}  # the autoscaler's state
 
 
 def test_manager_deployment(default):

@@ -105,3 +105,23 @@ def test_build_context_ignore_files():
     for src in copied:
         name = src.rstrip("*").rstrip("/")
         assert f"!{name}" in ignore or f"!{name}/" in ignore, f"{src} is excluded from the build context"
+
+
+def test_final_stage_installs_git_for_the_download_jobs():
+    """Git downloads shell out to ``git``: the final stage must install it (as
+    root, before USER) and the build must prove it runs (``git --version``)."""
+    ins = instructions()
+    start = max(i for i, (op, _) in enumerate(ins) if op == "FROM")
+    final = ins[start:]
+    user_at = max(i for i, (op, _) in enumerate(final) if op == "USER")
+    installs = [i for i, (op, rest) in enumerate(final) if op == "RUN" and "apt-get install" in rest]
+    assert installs, "the final stage installs no packages"
+    i = installs[0]
+    run = final[i][1]
+    assert i < user_at, "packages must be installed before switching to the non-root user"
+    steps = [s.strip() for s in run.split("&&")]
+    assert steps[0] == "apt-get update"
+    install = next(s for s in steps if s.startswith("apt-get install"))
+    assert "git" in install.split() and "-y" in install.split()
+    assert "rm -rf /var/lib/apt/lists/*" in steps
+    assert steps[-1] == "git --version", "the build must fail when git cannot run"

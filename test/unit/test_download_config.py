@@ -74,7 +74,8 @@ def test_invalid_documents(text, fragment):
     assert fragment in str(err.value)
 
 
-def test_missing_file_and_secret(tmp_path):
+def test_missing_file_and_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAIWO_DOWNLOAD_SECRETS_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="not found"):
         DownloadConfig.from_file(tmp_path / "nope.yaml")
     from api.kaiwo.download import ValueReference

@@ -205,3 +205,20 @@ def test_malformed_input_is_reported_not_raised(spec):
     assert validate(spec)
     state = desired_kueue_objects(spec)  # bad items are left out instead of crashing the reconciler
     assert all(o["kind"] != "ClusterQueue" for o in state.objects)
+
+
+@pytest.mark.parametrize("quota", ["1e9999999", "9" * 80, "1e31", "-1e9999999"])
+def test_overflowing_quota_fails_only_its_item(quota):
+    bad = cq("b")
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = quota
+    problems = validate({"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a"), bad]})
+    assert len(problems) == 1
+    (problem,) = problems
+    assert (problem.kind, problem.name, problem.index) == ("ClusterQueue", "b", 1)
+    assert problem.path.endswith("nominalQuota") and len(problem.message) < 200
+
+
+def test_plan_normalisation_survives_an_overflowing_quantity():
+    from kaiwo_ctrl.queues.plan import _quantity
+
+    assert _quantity("1e9999999") == "1e9999999"  # left as written, compared as text

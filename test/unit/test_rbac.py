@@ -421,3 +421,16 @@ def test_generated_role_has_no_wildcards():
     for doc in (rbac.cluster_role(), rbac.leader_election_role()):
         for rule in doc["rules"]:
             assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+
+
+def test_lease_rules_are_scoped_to_the_lease_name():
+    from kaiwo_ctrl.cli import build_parser
+
+    args = build_parser().parse_args(["run"])
+    assert args.leader_election_id == rbac.LEADER_ELECTION_ID
+    lease_rules = [r for r in rbac.leader_election_role()["rules"] if r["resources"] == ["leases"]]
+    assert lease_rules == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [rbac.LEADER_ELECTION_ID],
+         "verbs": ["get", "update"]},
+    ]

@@ -272,8 +272,14 @@ def test_storage_children_order_and_shapes():
     assert spec["backoffLimit"] == 0 and "ttlSecondsAfterFinished" not in spec and "suspend" not in spec
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
-    assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+    assert spec["activeDeadlineSeconds"] == 86400
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
     (c,) = pod["containers"]
+    assert c["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
     assert c["name"] == "data-downloader"
     assert c["command"] == ["kaiwo-ctrl", "download", "--config", "/config/config.yaml",
                             "--data-dir", "/data", "--hf-dir", "/hf_cache"]
@@ -281,6 +287,7 @@ def test_storage_children_order_and_shapes():
     assert c["env"] == [{"name": "HF_HOME", "value": "/hf_cache"}, {"name": "HF_TOKEN", "value": "t"}]
     assert pod["volumes"] == [
         {"name": "config", "configMap": {"name": "j-download"}},
+        {"name": "tmp", "emptyDir": {}},
         {"name": "data", "persistentVolumeClaim": {"claimName": "j-data"}},
         {"name": "hf", "persistentVolumeClaim": {"claimName": "j-hf"}},
         {"name": "secret-s3", "secret": {"secretName": "s3", "items": [{"key": "id", "path": "id"}, {"key": "key", "path": "key"}]}},
@@ -289,7 +296,7 @@ def test_storage_children_order_and_shapes():
     assert c["volumeMounts"] == [
         {"name": "config", "mountPath": "/config"}, {"name": "data", "mountPath": "/data"},
         {"name": "hf", "mountPath": "/hf_cache"}, {"name": "secret-s3", "mountPath": "/app/secrets/s3"},
-        {"name": "secret-git", "mountPath": "/app/secrets/git"}]
+        {"name": "secret-git", "mountPath": "/app/secrets/git"}, {"name": "tmp", "mountPath": "/tmp"}]
 
 
 def test_main_workload_gated_by_download_success():
@@ -315,7 +322,7 @@ def test_unauthenticated_s3_gets_no_secret_files():
     assert doc["hfHome"] == "" and "accessKeyId" not in doc["s3"][0]
     assert doc["s3"][0]["buckets"][0]["folders"] == [{"path": "p/", "targetPath": "t", "glob": "*.jpg"}]
     pod = children[2]["spec"]["template"]["spec"]
-    assert [v["name"] for v in pod["volumes"]] == ["config", "data"]
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "data"]
     assert "--hf-dir" not in pod["containers"][0]["command"]
 
 

@@ -16,19 +16,25 @@ from kaiwo_ctrl.workloads.naming import name_with_suffix, rfc1123_normalize
         ("", ""),
         (None, ""),
         ("ÄÖÜ@x", "x"),
-        ("a" * 70, "a" * 63),
-        ("a" * 62 + "-bcd", "a" * 62),
-        ("a" * 62 + ".bcd", "a" * 62),
+        ("a" * 63, "a" * 63),
     ],
 )
 def test_rfc1123_normalize(value, expected):
     assert rfc1123_normalize(value) == expected
 
 
+@pytest.mark.parametrize("value", ["a" * 70, "a" * 62 + "-bcd", "a" * 62 + ".bcd"])
+def test_rfc1123_normalize_cut_values_end_in_a_hash(value):
+    out = rfc1123_normalize(value)
+    assert len(out) <= 63 and out.startswith("a" * 54) and out != rfc1123_normalize(value + "x")
+
+
 def test_name_with_suffix():
-    assert name_with_suffix("MyJob", "data") == "myjob-data"
+    assert name_with_suffix("myjob", "data") == "myjob-data"
     long = "x" * 63
-    assert name_with_suffix(long, "download") == "x" * 63
+    # the reference cut this to the bare name, so the download Job took the main Job's name
+    assert name_with_suffix(long, "download") != long
+    assert name_with_suffix(long, "download").endswith("-download")
 
 
 def test_system_labels():

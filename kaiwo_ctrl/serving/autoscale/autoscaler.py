@@ -30,6 +30,8 @@ class AutoscalerConfig:
     interval: float = 10.0
     time_window: float = 600.0
     state_configmap: str = "kaiwo-autoscaler-state"
+    #: the proxy replicas run with --metrics-secure: scrape over TLS with this Pod's token
+    secure_peers: bool = False
     namespace: str = "kaiwo-system"
 
 
@@ -124,7 +126,7 @@ class Autoscaler:
         peers = self.peers()
         if not peers:
             return
-        active = await scrape_active(session, peers)
+        active = await scrape_active(session, peers, secure=self.config.secure_peers)
         if active is None:
             log.info("autoscaler skipped a tick: a proxy replica could not be scraped", extra={"peers": peers})
             return

@@ -43,11 +43,34 @@ def parse_active(text: str) -> dict[str, float]:
     return out
 
 
-async def scrape_active(session: aiohttp.ClientSession, peers: list[str], timeout: float = 5.0) -> dict[str, float] | None:
-    """Summed active requests per Model, or None when any peer could not be read."""
+#: The Pod's ServiceAccount token: what a replica with ``--metrics-secure`` accepts.
+TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+async def scrape_active(
+    session: aiohttp.ClientSession, peers: list[str], timeout: float = 5.0, *, secure: bool = False, token_file: str = TOKEN_FILE
+) -> dict[str, float] | None:
+    """Summed active requests per Model, or None when any peer could not be read.
+
+    ``secure``: the replicas serve ``/metrics`` over TLS to authorised bearer
+    tokens only (``--metrics-secure``), so the scrape sends this Pod's token
+    (re-read every time: the kubelet rotates it). Their certificates are
+    self-signed per replica, so they are not verified; the peers are the
+    operator's own Ready Pods in its own namespace.
+    """
+    scheme, headers, ssl = "http", {}, None
+    if secure:
+        scheme, ssl = "https", False
+        try:
+            with open(token_file) as f:
+                headers["Authorization"] = f"Bearer {f.read().strip()}"
+        except OSError:
+            return None
 
     async def one(addr: str) -> dict[str, float]:
-        async with session.get(f"http://{addr}/metrics", timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        async with session.get(
+            f"{scheme}://{addr}/metrics", headers=headers, ssl=ssl, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as r:
             r.raise_for_status()
             return parse_active(await r.text())
 

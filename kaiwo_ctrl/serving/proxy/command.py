@@ -82,7 +82,9 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
             time_window=args.autoscaler_time_window or getattr(model_config, "autoscaling_time_window", 600.0),
             state_configmap=args.autoscaler_state_configmap
             or getattr(model_config, "autoscaling_state_configmap", "")
-            or "kaiwo-autoscaler-state", namespace=operator_namespace(getattr(args, "leader_election_namespace", None)),
+            or "kaiwo-autoscaler-state",
+            secure_peers=bool(getattr(args, "metrics_secure", False)),
+            namespace=operator_namespace(getattr(args, "leader_election_namespace", None)),
         )
         peers = [p.strip() for p in args.autoscaler_peers.split(",") if p.strip()]
         setup_autoscaler(mgr, cfg, peers=peers, peer_selector=args.autoscaler_peer_selector, peer_port=args.autoscaler_peer_metrics_port,

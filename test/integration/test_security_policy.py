@@ -1,0 +1,162 @@
+"""The ValidatingAdmissionPolicies of config/policy on the real kube-apiserver:
+the operator's ServiceAccount (impersonated, with exactly the generated RBAC)
+may write only what it owns, and only kaiwo labels and taints of Nodes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+SA_USER = "system:serviceaccount:kaiwo-system:kaiwo-controller-manager"
+AS_OPERATOR = {
+    "Impersonate-User": SA_USER,
+    "Impersonate-Group": ["system:serviceaccounts", "system:serviceaccounts:kaiwo-system", "system:authenticated"],
+}
+PATHS = {
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+OWNER = {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob", "name": "j",
+         "uid": "00000000-0000-0000-0000-000000000001", "controller": True}
+FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
+
+
+def _headers(impersonate: bool) -> list[tuple[str, str]]:
+    if not impersonate:
+        return []
+    out = [("Impersonate-User", SA_USER)]
+    out += [("Impersonate-Group", g) for g in AS_OPERATOR["Impersonate-Group"]]
+    return out
+
+
+def _built() -> list[dict]:
+    kubectl = str(Path(sys.executable).parent / "kubectl")
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / "config" / "default")], capture_output=True, text=True, check=True)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def policies(control_plane):
+    docs = [d for d in _built() if d["kind"] in PATHS and (
+        d["kind"].startswith("ValidatingAdmissionPolicy") or d["metadata"]["name"].startswith("kaiwo-manager-role"))]
+    assert {d["kind"] for d in docs} == set(PATHS)
+    with control_plane.http() as h:
+        for doc in docs:
+            doc["metadata"].pop("namespace", None)
+            r = h.patch(f"{PATHS[doc['kind']]}/{doc['metadata']['name']}", params={"fieldManager": "test", "force": "true"},
+                        content=yaml.safe_dump(doc), headers={"Content-Type": "application/apply-patch+yaml"})
+            assert r.status_code in (200, 201), r.text
+    return docs
+
+
+def _cm(name: str, owned: bool) -> dict:
+    meta: dict = {"name": name}
+    if owned:
+        meta["ownerReferences"] = [OWNER]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+
+def _refused(r, what: str = "kaiwo-ctrl may") -> bool:
+    return r.status_code in (403, 422) and what in r.text
+
+
+async def _wait_active(admin, namespace):
+    """Bindings take effect asynchronously: wait until an unowned create is refused."""
+    async def probe():
+        name = f"probe-{uuid.uuid4().hex[:6]}"
+        r = admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=_cm(name, False), headers=_headers(True))
+        if r.status_code == 201:
+            admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+            return False
+        return _refused(r)
+    await eventually(probe, timeout=60, interval=0.5, what="the owned-children policy to be enforced")
+
+
+async def test_operator_may_write_only_owned_children(policies, admin, namespace):
+    await _wait_active(admin, namespace)
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    op = _headers(True)
+    # unowned create: refused, with the policy's message
+    r = admin.post(base, json=_cm("foreign", False), headers=op)
+    assert _refused(r, "owned by a KaiwoJob or KaiwoService"), r.text
+    # owned: create, update and delete allowed
+    r = admin.post(base, json=_cm("mine", True), headers=op)
+    assert r.status_code == 201, r.text
+    mine = r.json()
+    mine["data"] = {"k": "v2"}
+    assert admin.put(f"{base}/mine", json=mine, headers=op).status_code == 200
+    # someone else's ConfigMap: the operator can neither take it over nor delete it
+    assert admin.post(base, json=_cm("users", False)).status_code == 201
+    users = admin.get(f"{base}/users").json()
+    users["metadata"]["ownerReferences"] = [OWNER]
+    assert _refused(admin.put(f"{base}/users", json=users, headers=op))
+    # the policy binds only the operator: an admin is not limited
+    assert admin.delete(f"{base}/users").status_code == 200
+    # PVCs (the operator may delete them): only its own
+    pvcs = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "users"},
+           "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    assert admin.post(pvcs, json=pvc).status_code == 201
+    assert _refused(admin.delete(f"{pvcs}/users", headers=op))
+    pvc["metadata"] = {"name": "mine", "ownerReferences": [OWNER]}
+    assert admin.post(pvcs, json=pvc, headers=op).status_code == 201
+    assert admin.delete(f"{pvcs}/mine", headers=op).status_code == 200
+    # the same holds for Jobs
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}
+    assert _refused(admin.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", json=job, headers=op))
+    job["metadata"]["ownerReferences"] = [OWNER]
+    assert admin.post(f"/apis/batch/v1/namespaces/{namespace}/jobs", json=job, headers=op).status_code == 201
+
+
+async def test_operator_may_write_only_labelled_kueue_objects(policies, admin, namespace):
+    await _wait_active(admin, namespace)
+    name = f"rf-{uuid.uuid4().hex[:6]}"
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": {}}
+    assert _refused(admin.post(FLAVORS, json=flavor, headers=_headers(True)))
+    flavor["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "kaiwo-ctrl"}
+    assert admin.post(FLAVORS, json=flavor, headers=_headers(True)).status_code == 201
+    assert admin.delete(f"{FLAVORS}/{name}", headers=_headers(True)).status_code == 200
+
+
+async def test_operator_may_change_only_kaiwo_node_labels_and_taints(policies, admin, namespace):
+    await _wait_active(admin, namespace)
+    name = f"n-{uuid.uuid4().hex[:6]}"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"team": "a", "kaiwo/nodepool": "p"}}}
+    assert admin.post("/api/v1/nodes", json=node).status_code == 201
+    url = f"/api/v1/nodes/{name}"
+    merge = {"Content-Type": "application/merge-patch+json"}
+
+    def patch(body):
+        return admin.patch(url, json=body, headers=[*merge.items(), *_headers(True)])
+
+    # what the queue controller does: kaiwo/* labels and the GPU taint
+    assert patch({"metadata": {"labels": {"kaiwo/nodepool": "q", "kaiwo/worker": "true"}}}).status_code == 200
+    # (the apiserver may have put a not-ready taint on the new Node: it is kept)
+    existing = admin.get(url).json()["spec"].get("taints") or []
+    kaiwo_taint = {"key": "kaiwo.silogen.ai/gpu", "effect": "NoSchedule"}
+    r = patch({"spec": {"taints": [*existing, kaiwo_taint]}})
+    assert r.status_code == 200, r.text
+    if existing:  # dropping someone else's taint is refused
+        assert _refused(patch({"spec": {"taints": [kaiwo_taint]}}), "kaiwo taints")
+    # anything else is refused
+    assert _refused(patch({"metadata": {"labels": {"team": "b"}}}), "kaiwo/* labels")
+    assert _refused(patch({"metadata": {"labels": {"team": None}}}), "kaiwo/* labels")
+    assert _refused(patch({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}), "kaiwo/* labels")
+    assert _refused(patch({"spec": {"taints": [*existing, kaiwo_taint, {"key": "evict-everything", "effect": "NoExecute"}]}}),
+                    "kaiwo taints")
+    assert _refused(patch({"spec": {"unschedulable": True}}), "kaiwo taints")
+    assert _refused(patch({"metadata": {"annotations": {"x": "y"}}}), "annotations")
+    labels = admin.get(url).json()["metadata"]["labels"]
+    assert labels == {"team": "a", "kaiwo/nodepool": "q", "kaiwo/worker": "true"}
+    admin.delete(url)

@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", "16")), help="reconcile workers per workload controller")
     run.add_argument("--tracing", default=os.environ.get("TRACING_EXPORTER", "none"), help="none | console | otlp")
     run.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
+    _webhook_args(run)
 
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
@@ -65,6 +66,43 @@ def build_parser() -> argparse.ArgumentParser:
     crds = gsub.add_parser("crds", help="write config/crd/bases from the typed API")
     crds.add_argument("--check", action="store_true")
     return p
+
+
+def _webhook_args(run: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    w = run.add_argument_group("admission webhooks")
+    w.add_argument("--webhook-bind-address", default=env("WEBHOOK_BIND_ADDRESS", "0"),
+                   help="host:port of the HTTPS webhook server; '0' (default) disables the webhooks")
+    w.add_argument("--webhook-url-host", default=env("WEBHOOK_URL_HOST"),
+                   help="out of cluster: register the webhooks with url https://HOST:PORT instead of the Service")
+    w.add_argument("--webhook-service-name", default=env("WEBHOOK_SERVICE_NAME", "kaiwo-webhook-service"))
+    w.add_argument("--webhook-config-prefix", default=env("WEBHOOK_CONFIG_PREFIX", "kaiwo"),
+                   help="names: PREFIX-mutating-webhook-configuration, PREFIX-validating-webhook-configuration")
+    w.add_argument("--webhook-cert-secret", default=env("WEBHOOK_CERT_SECRET", "kaiwo-webhook-server-cert"))
+    w.add_argument("--webhook-cert-validity", default=env("WEBHOOK_CERT_VALIDITY", "2160h"),
+                   help="serving certificate lifetime (Go duration); renewed with a third left")
+    w.add_argument("--enforcement-namespace-selector", default=env("ENFORCEMENT_NAMESPACE_SELECTOR", ""),
+                   help="label selector of the namespaces where ENFORCE_KAIWO_ON_GPU_WORKLOADS applies "
+                        "(kube-system and the operator's namespace are always left out)")
+    w.add_argument("--enforcement-failure-policy", choices=["Fail", "Ignore"],
+                   default=env("ENFORCEMENT_FAILURE_POLICY", "Fail"))
+
+
+def _webhook_options(args: argparse.Namespace, namespace: str):
+    if not args.webhook_bind_address or args.webhook_bind_address == "0":
+        return None
+    from kaiwo_ctrl.webhooks import WebhookOptions
+    from kaiwo_ctrl.workloads.timing import parse_duration
+
+    host, _, port = args.webhook_bind_address.rpartition(":")
+    return WebhookOptions(
+        host=host or "0.0.0.0", port=int(port), namespace=namespace, url_host=args.webhook_url_host,
+        service_name=args.webhook_service_name, config_prefix=args.webhook_config_prefix,
+        secret_name=args.webhook_cert_secret, cert_validity=parse_duration(args.webhook_cert_validity),
+        enforce=os.environ.get("ENFORCE_KAIWO_ON_GPU_WORKLOADS", "").strip().lower() == "true",
+        enforcement_namespace_selector=args.enforcement_namespace_selector,
+        enforcement_failure_policy=args.enforcement_failure_policy,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +201,10 @@ async def _run_async(args: argparse.Namespace) -> int:
         leader_election=le,
     )
     tracer = setup_tracing(args.tracing)
-    await build_operator(mgr, workers=args.workers, tracer=tracer, demo=args.demo)
+    namespace = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
+    webhooks = await build_operator(
+        mgr, workers=args.workers, tracer=tracer, demo=args.demo, webhooks=_webhook_options(args, namespace)
+    )
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -179,11 +220,16 @@ async def _run_async(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    if webhooks is not None:
+        await webhooks.start()
     try:
         await mgr.run(stop)
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1
+    finally:
+        if webhooks is not None:
+            await webhooks.stop()
     return 0
 
 

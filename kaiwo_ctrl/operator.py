@@ -17,12 +17,16 @@ from kaiwo_ctrl.settings import ensure_config
 log = logging.getLogger("kaiwo_ctrl.operator")
 
 
-async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False) -> None:
+async def build_operator(
+    mgr: Manager, *, workers: int = 16, tracer: Any = None, demo: bool = False, webhooks: Any = None
+) -> Any:
+    """Register everything; returns the webhook server (``None`` without
+    ``webhooks`` options), which the caller starts and stops around ``mgr.run``."""
     if demo:
         from kaiwo_ctrl.demo import add_demo_controller
 
         add_demo_controller(mgr, tracer=tracer)
-        return
+        return None
     await ensure_config(mgr.client)
     from kaiwo_ctrl.queues import controller as queues
     from kaiwo_ctrl.workloads import controller as workloads
@@ -32,3 +36,8 @@ async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None,
     from kaiwo_ctrl.monitoring import setup as monitoring_setup
 
     monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up
+    if webhooks is None:
+        return None
+    from kaiwo_ctrl.webhooks import setup as webhooks_setup
+
+    return webhooks_setup(mgr, webhooks)

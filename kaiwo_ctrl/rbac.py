@@ -89,8 +89,9 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         "batch",
         "jobs",
-        ("list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination)",
+        ("get", "list", "watch", "create", "update", "patch", "delete"),
+        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination); "
+        "webhooks/jobs.py: re-read and patch to release the finalizer of an adopted Job",
     ),
     Rule(
         "apps",
@@ -128,7 +129,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "queues/kueue.py: Kueue objects carry a controller owner reference (blockOwnerDeletion) to the queue config",
         evidence=(("kaiwo_ctrl/queues/kueue.py", '"blockOwnerDeletion": True'), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
     ),
-    Rule(KAIWO, "kaiwojobs", ("list", "watch"), "workloads/controller.py: KaiwoJob informer"),
+    Rule(
+        KAIWO,
+        "kaiwojobs",
+        ("list", "watch", "create", "delete"),
+        "workloads/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job and deletes it with the Job",
+    ),
     Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/controller.py: status patch (reconcile, duration sweep); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
@@ -145,6 +151,19 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("update",),
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
         evidence=(("kaiwo_ctrl/workloads/kaiwoobject.py", '"blockOwnerDeletion": True'),),
+    ),
+    # --- admission webhooks ---------------------------------------------------
+    Rule(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        ("get", "create", "update"),
+        "webhooks/registration.py: read, update (caBundle, enforcement webhooks) and, out of cluster only, create our configuration",
+    ),
+    Rule(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        ("get", "create", "update"),
+        "webhooks/registration.py: read, update (caBundle, enforcement webhooks) and, out of cluster only, create our configuration",
     ),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
@@ -177,6 +196,12 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
     ),
     Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
+    Rule(
+        "",
+        "secrets",
+        ("get", "list", "watch", "create", "update"),
+        "webhooks/tls.py: the webhook certificate Secret in the operator's own namespace (every replica watches it, the leader writes it)",
+    ),
 )
 
 #: Kinds users work with: (group, plural, kind label used in file/role names).

@@ -18,7 +18,7 @@ from typing import Any
 from kaiwo_ctrl.kinds import KAIWOJOBS, LOCALQUEUES
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import SECRETS
+from kaiwo_ctrl.runtime.resources import JOBS, SECRETS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.world import Settings, World
 
@@ -123,7 +123,10 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
     view = _ClusterView(mgr)
     cert = ServingCert()
     server = WebhookServer(opts.host, opts.port, cert, WebhookMetrics(mgr.metrics.registry))
-    jobs = JobWebhooks(mgr.client, view.settings, mgr.cache.informer(KAIWOJOBS), mgr.cache.informer(LOCALQUEUES), opts.enforce)
+    jobs = JobWebhooks(
+        mgr.client, view.settings, mgr.cache.informer(KAIWOJOBS), mgr.cache.informer(LOCALQUEUES),
+        mgr.cache.informer(JOBS), opts.enforce,
+    )
     server.register(JOB_MUTATE_PATH, jobs.mutate)
     server.register(JOB_VALIDATE_PATH, jobs.validate)
     validator = OwnKindValidator(view.world, opts.profiles)

@@ -11,10 +11,15 @@ with enforcement on, unlabelled Jobs in the enforced namespaces):
    ``terminationGracePeriodSeconds: 0`` when its pod template has none (the
    apiserver defaults it to 30 before admission, so in practice the value
    the user or the default set stays);
-3. unless dry-run: the LocalQueue of that queue is created if missing, and the
-   tracking KaiwoJob (``spec.job`` = the Job as mutated, ``spec.user`` = the
-   requesting user) if there is none. The KaiwoJob reconciler then follows
-   the Job's status without ever writing the Job.
+3. unless dry-run: the LocalQueue of that queue is created if missing, and,
+   once the Job is stored, the tracking KaiwoJob (``spec.job`` = the Job as
+   mutated, ``spec.user`` = the requesting user) if there is none. The KaiwoJob
+   reconciler then follows the Job's status without ever writing the Job.
+
+   Unlike the reference, the KaiwoJob is created after the Job exists, not
+   during its admission: a KaiwoJob without its Job would make the reconciler
+   create that Job itself, racing (and failing) the user's own request, and a
+   Job refused later in admission would leave an orphan KaiwoJob behind.
 
 Jobs the operator itself creates for a KaiwoJob (controller owner reference
 to a KaiwoJob) are left alone: they are not adopted, and deleting one (e.g.
@@ -27,6 +32,7 @@ CREATE of a GPU Job that is not managed.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import Callable, Mapping
@@ -96,15 +102,21 @@ def mutation(job: Mapping[str, Any], settings: Settings, user: str, enforce: boo
 
 
 def tracking_kaiwojob(job: Mapping[str, Any], user: str) -> dict[str, Any]:
-    """The KaiwoJob that follows an adopted Job."""
+    """The KaiwoJob that follows an adopted (stored) Job.
+
+    It carries a plain owner reference to the Job, so the garbage collector
+    deletes it with the Job even when the DELETE webhook was not reached.
+    """
     meta = job["metadata"]
     labels = dict(meta.get("labels") or {})
     spec_job = {k: copy.deepcopy(v) for k, v in job.items() if k not in ("status", "metadata")}
     spec_job["metadata"] = {k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)}
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta.get("uid")}
     return {
         "apiVersion": KAIWOJOBS.api_version,
         "kind": KAIWOJOBS.kind,
-        "metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "labels": labels},
+        "metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "labels": labels,
+                     **({"ownerReferences": [owner]} if meta.get("uid") else {})},
         "spec": {"user": user, "job": spec_job, "clusterQueue": labels[LABEL_QUEUE_NAME]},
     }
 
@@ -115,7 +127,15 @@ class JobWebhooks:
     settings: Callable[[], Settings]
     kaiwojobs: Informer
     localqueues: Informer
+    jobs: Informer
     enforce: bool = False
+    #: How long to wait for an admitted Job to be stored before giving up on tracking it.
+    track_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._waiting: dict[tuple[str, str], asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.jobs.add_handler(_Arrivals(self._waiting))
 
     async def mutate(self, review: Review) -> Verdict:
         job = review.object
@@ -137,8 +157,34 @@ class JobWebhooks:
         mutated["metadata"]["namespace"] = ns
         if not review.dry_run:
             await self._ensure_local_queue(ns, mutated["metadata"]["labels"][LABEL_QUEUE_NAME])
-            await self._ensure_kaiwojob(tracking_kaiwojob(mutated, user))
+            task = asyncio.create_task(self._track(ns, name, user), name=f"track-job-{ns}/{name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return Verdict(patch=ops)
+
+    async def _track(self, ns: str, name: str, user: str) -> None:
+        """Create the tracking KaiwoJob once the admitted Job is stored."""
+        key = (ns, name)
+        fut = self._waiting.setdefault(key, asyncio.get_running_loop().create_future())
+        job = self.jobs.get(name, ns)
+        try:
+            if job is None:
+                job = await asyncio.wait_for(asyncio.shield(fut), self.track_timeout)
+        except asyncio.TimeoutError:
+            log.info("admitted Job never appeared (refused later in admission?); nothing to track",
+                     extra={"namespace": ns, "object": name})
+            return
+        finally:
+            if self._waiting.get(key) is fut:
+                del self._waiting[key]
+        meta = job.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if labels.get(LABEL_MANAGED) != "true" or controlled_by_kaiwojob(job) or meta.get("deletionTimestamp"):
+            return
+        try:
+            await self._ensure_kaiwojob(tracking_kaiwojob(job, user))
+        except ApiError as e:
+            log.error("cannot create the tracking KaiwoJob", extra={"namespace": ns, "object": name, "error": str(e)})
 
     def _maybe_managed(self, job: Mapping[str, Any]) -> bool:
         labels = (job.get("metadata") or {}).get("labels") or {}
@@ -196,6 +242,25 @@ class JobWebhooks:
             log.warning("cleanup of an adopted Job failed", extra={"namespace": ns, "object": name, "error": str(e)})
             warnings.append(f"kaiwo-ctrl could not clean up after Job {name}: {e.status} {e.reason}")
         return Verdict(warnings=warnings)
+
+
+class _Arrivals:
+    """Resolves the waiter of a Job when the cache sees it (handlers do no I/O)."""
+
+    def __init__(self, waiting: dict[tuple[str, str], asyncio.Future]) -> None:
+        self.waiting = waiting
+
+    def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
+        meta = obj.get("metadata") or {}
+        fut = self.waiting.get((meta.get("namespace") or "", meta.get("name") or ""))
+        if fut is not None and not fut.done():
+            fut.set_result(obj)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self.on_add(new, False)
+
+    def on_delete(self, obj: Mapping[str, Any], tombstone: bool) -> None:
+        pass
 
 
 async def release_finalizer(client: Client, ns: str, name: str) -> None:

@@ -179,6 +179,8 @@ class WebhookServer:
                 code = 400
                 return web.Response(status=400, text="expected an AdmissionReview v1 with a request")
             verdict = await self._decide(path, Review(req))
+            log.debug("admission", extra={"webhook": path, "uid": req.get("uid"), "operation": req.get("operation"),
+                                          "namespace": req.get("namespace"), "object": req.get("name"), "allowed": verdict.allowed})
             code = verdict.code
             body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": verdict.response(req.get("uid", ""))}
             return web.Response(body=orjson.dumps(body), content_type="application/json")

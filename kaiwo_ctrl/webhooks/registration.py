@@ -14,8 +14,9 @@ Two objects: ``<prefix>-mutating-webhook-configuration`` and
 * sees only what it must: the Job webhooks have an ``objectSelector`` on
   ``kaiwo.silogen.ai/managed: "true"``, so unlabelled Jobs never reach the
   operator. The enforcement webhooks (only with enforcement on) have the
-  opposite object selector and a ``namespaceSelector`` that always leaves out
-  ``kube-system`` and the operator's own namespace.
+  opposite object selector, a ``namespaceSelector`` that always leaves out
+  ``kube-system`` and the operator's own namespace, and a CEL
+  ``matchCondition`` that sends only Jobs naming a GPU resource.
 
 In a cluster the configurations come from ``config/webhook`` (generated from
 this module) and point at the webhook Service; the leader patches in the CA
@@ -128,6 +129,26 @@ def enforcement_namespace_selector(opts: RegistrationOptions) -> dict[str, Any]:
     return sel
 
 
+_GPU_KEYS = ("amd.com/gpu", "nvidia.com/gpu")
+
+
+def _gpu_match_condition() -> dict[str, str]:
+    """CEL the apiserver evaluates before calling an enforcement webhook: only
+    Jobs with a container that names a GPU resource are sent. CPU Jobs never
+    wait for the operator, even when enforcement fails closed."""
+    def names_gpu(part: str) -> str:
+        keys = " || ".join(f"'{k}' in c.resources.{part}" for k in _GPU_KEYS)
+        return f"(has(c.resources.{part}) && ({keys}))"
+
+    per_container = f"has(c.resources) && ({names_gpu('limits')} || {names_gpu('requests')})"
+    pod = "object.spec.template.spec"
+    expr = (
+        f"{pod}.containers.exists(c, {per_container})"
+        f" || (has({pod}.initContainers) && {pod}.initContainers.exists(c, {per_container}))"
+    )
+    return {"name": "requests-gpu", "expression": expr}
+
+
 def _client_config(opts: RegistrationOptions, path: str, ca_bundle: bytes | None) -> dict[str, Any]:
     if opts.url_base:
         cfg: dict[str, Any] = {"url": opts.url_base.rstrip("/") + path}
@@ -141,7 +162,7 @@ def _client_config(opts: RegistrationOptions, path: str, ca_bundle: bytes | None
 
 def _webhook(opts: RegistrationOptions, name: str, path: str, rules: list[dict], ca: bytes | None, *,
              writes: bool = False, object_selector: dict | None = None, namespace_selector: dict | None = None,
-             failure_policy: str = "Ignore") -> dict[str, Any]:
+             failure_policy: str = "Ignore", match_conditions: list[dict] | None = None) -> dict[str, Any]:
     hook: dict[str, Any] = {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -156,6 +177,8 @@ def _webhook(opts: RegistrationOptions, name: str, path: str, rules: list[dict],
         hook["objectSelector"] = object_selector
     if namespace_selector is not None:
         hook["namespaceSelector"] = namespace_selector
+    if match_conditions:
+        hook["matchConditions"] = match_conditions
     return hook
 
 
@@ -189,11 +212,12 @@ def desired_configurations(opts: RegistrationOptions, ca_bundle: bytes | None = 
         mutating.append(
             _webhook(opts, "enforce-mutate-jobs.kaiwo.silogen.ai", JOB_MUTATE_PATH, [_rule(*_JOBS, ["CREATE"])], ca_bundle,
                      writes=True, object_selector=unlabelled, namespace_selector=ns_sel,
-                     failure_policy=opts.enforcement_failure_policy)
+                     failure_policy=opts.enforcement_failure_policy, match_conditions=[_gpu_match_condition()])
         )
         validating.append(
             _webhook(opts, "enforce-validate-jobs.kaiwo.silogen.ai", JOB_VALIDATE_PATH, [_rule(*_JOBS, ["CREATE"])], ca_bundle,
-                     object_selector=not_managed, namespace_selector=ns_sel, failure_policy=opts.enforcement_failure_policy)
+                     object_selector=not_managed, namespace_selector=ns_sel, failure_policy=opts.enforcement_failure_policy,
+                     match_conditions=[_gpu_match_condition()])
         )
     for hook in mutating:
         hook["reinvocationPolicy"] = "Never"

@@ -247,3 +247,136 @@ async def test_dry_run_creates_nothing(serving, admin):
     delete(admin, jobs_url(ns, "real"), dry_run=True)
     job = admin.get(jobs_url(ns, "real")).json()
     assert FINALIZER in job["metadata"]["finalizers"] and exists(admin, kaiwojob_url(ns, "real"))
+
+
+# ------------------------------------------------------------ our kinds
+
+WORKLOAD = {"user": "someone@example.com", "image": "busybox", "entrypoint": "true"}
+STORAGE = {"storageEnabled": True, "storageClassName": "standard", "data": {"mountPath": "/data"}}
+CQ = {"name": "q1", "spec": {"resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+    {"name": "flv", "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}
+
+#: (kind, field path, spec that must be refused, spec at the boundary that must be accepted)
+SEMANTIC = [
+    ("KaiwoJob", "spec.resources.limits.cpu",
+     {**WORKLOAD, "resources": {"limits": {"cpu": "-1"}}}, {**WORKLOAD, "resources": {"limits": {"cpu": "0"}}}),
+    ("KaiwoService", "spec.resources.requests.memory",
+     {**WORKLOAD, "resources": {"requests": {"memory": "-1Gi"}}}, {**WORKLOAD, "resources": {"requests": {"memory": "1Gi"}}}),
+    ("KaiwoJob", "spec.gpuVendor", {**WORKLOAD, "gpus": 1, "gpuVendor": "intel"}, {**WORKLOAD, "gpus": 1, "gpuVendor": "NVIDIA"}),
+    ("KaiwoJob", "spec.gpusPerReplica",
+     {**WORKLOAD, "gpus": 4, "replicas": 1, "gpusPerReplica": 5}, {**WORKLOAD, "gpus": 4, "replicas": 1, "gpusPerReplica": 4}),
+    ("KaiwoJob", "spec.entrypoint", {**WORKLOAD, "entrypoint": "x" * 131072}, {**WORKLOAD, "entrypoint": "x" * 131071}),
+    ("KaiwoService", "spec.storage.data.storageSize",
+     {**WORKLOAD, "storage": {**STORAGE, "data": {"mountPath": "/data", "storageSize": "lots"}}},
+     {**WORKLOAD, "storage": {**STORAGE, "data": {"mountPath": "/data", "storageSize": "1"}}}),
+    ("KaiwoQueueConfig", "spec.clusterQueues[0].spec.resourceGroups[0].flavors[0].name",
+     {"clusterQueues": [CQ], "resourceFlavors": [{"name": "other"}]},
+     {"clusterQueues": [CQ], "resourceFlavors": [{"name": "flv"}]}),
+    ("AIMNamespaceConfig", "spec.credentials.huggingFaceToken.secretKey",
+     {"credentials": {"huggingFaceToken": {"secretName": "hf"}}},
+     {"credentials": {"huggingFaceToken": {"secretName": "hf", "secretKey": "token"}}}),
+]
+URLS = {
+    "KaiwoJob": f"{KAIWO}/namespaces/default/kaiwojobs",
+    "KaiwoService": f"{KAIWO}/namespaces/default/kaiwoservices",
+    "AIMNamespaceConfig": "/apis/config.kaiwo.silogen.ai/v1alpha1/namespaces/default/aimnamespaceconfigs",
+}
+API_VERSIONS = {"AIMNamespaceConfig": "config.kaiwo.silogen.ai/v1alpha1"}
+
+
+def submit(admin, kind: str, spec: dict, name: str = "probe"):
+    """A dry run: the validating webhooks are called all the same, and nothing is kept."""
+    if kind == "KaiwoQueueConfig":  # a singleton that exists: change its spec
+        return admin.patch(f"{KAIWO}/kaiwoqueueconfigs/kaiwo", json={"spec": spec}, params=DRY,
+                           headers={"Content-Type": "application/merge-patch+json"})
+    body = {"apiVersion": API_VERSIONS.get(kind, "kaiwo.silogen.ai/v1alpha1"), "kind": kind,
+            "metadata": {"name": name}, "spec": spec}
+    return admin.post(URLS[kind], json=body, params=DRY)
+
+
+@pytest.mark.parametrize(("kind", "path", "bad", "good"), SEMANTIC, ids=[f"{k}:{p}" for k, p, _, _ in SEMANTIC])
+async def test_semantic_validation_names_the_field_and_accepts_the_boundary(serving, admin, kind, path, bad, good):
+    message = refused_by_webhook(submit(admin, kind, bad), f"validate-{kind.lower()}.kaiwo.silogen.ai")
+    assert f"{path}: " in message, message
+    r = submit(admin, kind, good)
+    assert r.status_code in (200, 201), r.text
+
+
+# ------------------------------------------------------- TLS and failure
+
+
+def served_serial(port: int) -> int:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+def secret_serial(admin) -> int:
+    data = admin.get(SECRET).json()["data"]
+    return x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])).serial_number
+
+
+async def test_certificate_rotation_loses_no_request(serving, admin):
+    """The serving certificate lives 45 s and is renewed with a third left, so
+    within a minute it rotates; every request meanwhile must reach the webhook
+    (a request that did not would be admitted: the webhooks fail open)."""
+    port = serving.webhook_port
+    served = [served_serial(port)]
+    bad = {**WORKLOAD, "gpus": 1, "replicas": 1, "gpusPerReplica": 2}
+    calls, deadline = 0, time.monotonic() + 120
+    while len(served) < 2:
+        assert time.monotonic() < deadline, f"no rotation within 120 s (served serials: {served})"
+        refused_by_webhook(submit(admin, "KaiwoJob", bad), "validate-kaiwojob.kaiwo.silogen.ai")
+        r = admin.post(jobs_url("default"), json=job_body("rot", {MANAGED: "true"}), params=DRY)
+        assert r.status_code == 201 and FINALIZER in r.json()["metadata"]["finalizers"], r.text
+        calls += 2
+        now = served_serial(port)
+        if now != served[-1]:
+            served.append(now)
+        await asyncio.sleep(0.05)  # pacing of the request stream, not a wait for a condition
+    assert served[-1] == secret_serial(admin), "the server must present the certificate in the Secret"
+    for _ in range(10):  # and after the rotation, requests keep reaching the webhooks
+        refused_by_webhook(submit(admin, "KaiwoJob", bad), "validate-kaiwojob.kaiwo.silogen.ai")
+    print(f"{calls} admission requests across a certificate rotation, none lost")
+
+
+def workload_body(kind: str, name: str, spec: dict) -> dict:
+    return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(serving, plane, admin, tmp_path):
+    """Runs last in this module: it stops the operator."""
+    assert serving.stop() == 0
+    ns, enforced = new_namespace(admin), new_namespace(admin, enforce=True)
+    r = admin.post(jobs_url(ns), json=job_body("labelled", {MANAGED: "true"}))
+    assert r.status_code == 201, r.text
+    assert not r.json()["metadata"].get("finalizers"), "no webhook ran, so no finalizer"
+    bad_cpu = {**WORKLOAD, "resources": {"limits": {"cpu": "-1"}}}
+    for kind in ("KaiwoJob", "KaiwoService"):
+        r = admin.post(f"{KAIWO}/namespaces/{ns}/{kind.lower()}s", json=workload_body(kind, "bad", bad_cpu))
+        assert r.status_code == 201, r.text
+    r = admin.post(f"/apis/config.kaiwo.silogen.ai/v1alpha1/namespaces/{ns}/aimnamespaceconfigs",
+                   json={"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig",
+                         "metadata": {"name": "aim"}, "spec": {"credentials": {"huggingFaceToken": {"secretName": "hf"}}}})
+    assert r.status_code == 201, r.text
+    r = admin.post(f"/apis/kubeai.org/v1/namespaces/{ns}/models",
+                   json={"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m"},
+                         "spec": {"url": "hf://org/model", "engine": "VLLM", "features": ["TextGeneration"],
+                                  "resourceProfile": "no-such-profile:1"}})
+    assert r.status_code == 201, r.text
+    r = submit(admin, "KaiwoQueueConfig", SEMANTIC[6][2])
+    assert r.status_code == 200, r.text
+    # enforcement is the one fail-closed webhook: an unmanaged GPU Job in an enforced namespace waits for the operator
+    r = admin.post(jobs_url(enforced), json=job_body("gpu", gpu="amd.com/gpu"))
+    assert r.status_code >= 500 and "failed calling webhook" in r.json()["message"], r.text
+    assert admin.post(jobs_url(enforced), json=job_body("cpu")).status_code == 201
+
+    op = start_operator(plane, tmp_path / "reconcilers.log", webhooks=False)
+    try:
+        for kind in ("KaiwoJob", "KaiwoService"):
+            st = await wait_status(admin, kind, ns, "bad", "ERROR", timeout=120)
+            messages = " ".join(c.get("message", "") for c in st.get("conditions") or [])
+            assert "spec.resources.limits.cpu" in messages, st
+    finally:
+        op.stop()

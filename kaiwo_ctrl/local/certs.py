@@ -63,8 +63,10 @@ class CertPair:
 class TinyCA:
     """A self-signed CA that issues leaf certificates."""
 
-    def __init__(self, cn: str = "kaiwo-ctrl-local-ca", validity: dt.timedelta = _VALIDITY) -> None:
-        now = dt.datetime.now(dt.timezone.utc)
+    def __init__(
+        self, cn: str = "kaiwo-ctrl-local-ca", validity: dt.timedelta = _VALIDITY, now: dt.datetime | None = None
+    ) -> None:
+        now = now or dt.datetime.now(dt.timezone.utc)
         key = ec.generate_private_key(ec.SECP256R1())
         name = _name(cn, ("kaiwo-ctrl",))
         cert = (
@@ -111,8 +113,9 @@ class TinyCA:
         dns: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
         validity: dt.timedelta = _VALIDITY,
+        now: dt.datetime | None = None,
     ) -> CertPair:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = now or dt.datetime.now(dt.timezone.utc)
         key = ec.generate_private_key(ec.SECP256R1())
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (

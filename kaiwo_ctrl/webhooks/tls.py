@@ -88,10 +88,10 @@ class Material:
         return m
 
 
-def _renew_at(cert: x509.Certificate) -> dt.datetime:
-    """When a third of the certificate's lifetime is left."""
-    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-    return end - (end - start) / 3
+def _renew_at(cert: x509.Certificate, validity: dt.timedelta) -> dt.datetime:
+    """When a third of the intended lifetime is left (``notBefore`` is backdated
+    a little for clock skew, so it is not used)."""
+    return cert.not_valid_after_utc - validity / 3
 
 
 def _sans(cert: x509.Certificate) -> tuple[set[str], set[str]]:
@@ -131,22 +131,22 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def _issue(ca: TinyCA, opts: TLSOptions) -> tuple[bytes, bytes]:
+def _issue(ca: TinyCA, opts: TLSOptions, now: dt.datetime) -> tuple[bytes, bytes]:
     cn = opts.dns_names[0] if opts.dns_names else (opts.ip_addresses[0] if opts.ip_addresses else "kaiwo-webhook")
-    pair = ca.issue(cn, server=True, dns=opts.dns_names, ips=opts.ip_addresses, validity=opts.cert_validity)
+    pair = ca.issue(cn, server=True, dns=opts.dns_names, ips=opts.ip_addresses, validity=opts.cert_validity, now=now)
     return pair.cert_pem, pair.key_pem
 
 
 def plan_secret(m: Material, opts: TLSOptions, now: dt.datetime) -> Plan:
     """Decide whether the Secret must be (re)written. Pure."""
     if m.ca is None or m.cert is None:
-        ca = TinyCA("kaiwo-webhook-ca", validity=opts.ca_validity)
-        cert, key = _issue(ca, opts)
+        ca = TinyCA("kaiwo-webhook-ca", validity=opts.ca_validity, now=now)
+        cert, key = _issue(ca, opts, now)
         return Plan(f"new CA and certificate ({', '.join(m.errors) or 'incomplete'})", _data(ca.pair.cert_pem, ca, cert, key))
     live = [c for c in _pem_certs(m.ca_bundle) if c.not_valid_after_utc > now]
     bundle = b"".join(c.public_bytes(_PEM) for c in live)
-    if now >= _renew_at(m.ca.pair.cert):
-        ca = TinyCA("kaiwo-webhook-ca", validity=opts.ca_validity)
+    if now >= _renew_at(m.ca.pair.cert, opts.ca_validity):
+        ca = TinyCA("kaiwo-webhook-ca", validity=opts.ca_validity, now=now)
         # the new CA joins the bundle; the served certificate keeps the old one for now
         return Plan(
             "CA renewal", _data(ca.pair.cert_pem + bundle, ca, m.cert_pem, m.key_pem),
@@ -162,13 +162,14 @@ def plan_secret(m: Material, opts: TLSOptions, now: dt.datetime) -> Plan:
         reason = "certificate moves to the new CA"
     elif dns != set(opts.dns_names) or ips != want_ips:
         reason = "certificate names changed"
-    elif now >= _renew_at(m.cert):
+    elif now >= _renew_at(m.cert, opts.cert_validity):
         reason = "certificate renewal"
     elif bundle != m.ca_bundle:
         reason = "expired CA left the bundle"
     if not reason:
-        return Plan("", next_check=min(_renew_at(m.cert), _renew_at(m.ca.pair.cert), *(c.not_valid_after_utc for c in live)))
-    cert, key = (m.cert_pem, m.key_pem) if reason.startswith("expired") else _issue(m.ca, opts)
+        due = (_renew_at(m.cert, opts.cert_validity), _renew_at(m.ca.pair.cert, opts.ca_validity))
+        return Plan("", next_check=min(*due, *(c.not_valid_after_utc for c in live)))
+    cert, key = (m.cert_pem, m.key_pem) if reason.startswith("expired") else _issue(m.ca, opts, now)
     return Plan(reason, _data(bundle, m.ca, cert, key))
 
 

@@ -178,6 +178,10 @@ def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int
         _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics)
         for a in c["args"]
     ]
+    if any(a.startswith("--webhook-bind-address=") for a in args):
+        # the apiserver calls the webhooks of this local process at a URL instead of the Service
+        webhook = free_port()
+        args = [_substitute_port(a, "--webhook-bind-address", webhook) for a in args] + ["--webhook-url-host=127.0.0.1"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), "KUBECONFIG": str(kubeconfig)}
     for e in c.get("env", []):
         if "value" in e:

@@ -106,7 +106,12 @@ def test_no_wildcards_in_any_role(default):
 def test_leader_election_role(default):
     role = one(default, "Role", "kaiwo-leader-election-role")
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules == {("coordination.k8s.io", "leases"): {"get", "create", "update"}, ("", "events"): {"create", "patch"}}
+    assert rules == {
+        ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+        ("", "events"): {"create", "patch"},
+        # the webhook certificate Secret, in the operator's own namespace only
+        ("", "secrets"): {"get", "list", "watch", "create", "update"},
+    }
 
 
 def test_manager_deployment(default):
@@ -120,7 +125,7 @@ def test_manager_deployment(default):
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook-server": 9443}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
@@ -128,6 +133,7 @@ def test_manager_deployment(default):
     assert args.cmd == "run" and args.leader_elect is True
     assert args.health_probe_bind_address.endswith(":8081")
     assert args.metrics_bind_address.endswith(":8080")
+    assert args.webhook_bind_address == ":9443" and not args.webhook_url_host  # served behind the webhook Service
 
     env = {e["name"]: e for e in c["env"]}
     assert env["DEFAULT_CLUSTER_QUEUE_NAME"]["value"] == "kaiwo"

@@ -277,3 +277,21 @@ def test_a_short_lived_certificate_is_not_rewritten_at_once():
     again = plan_secret(Material.from_secret(secret_of(first)), short, now)
     assert again.data is None
     assert dt.timedelta(seconds=29) < again.next_check - now <= dt.timedelta(seconds=31)
+
+
+def test_config_default_wires_the_webhooks_to_the_manager():
+    from test_config import manager_container, one, render
+
+    docs = render("default")
+    svc = one(docs, "Service", "kaiwo-webhook-service")
+    pod_labels = one(docs, "Deployment", "kaiwo-controller-manager")["spec"]["template"]["metadata"]["labels"]
+    assert svc["metadata"]["namespace"] == "kaiwo-system"
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    ports = {p["name"]: p["containerPort"] for p in manager_container(docs)["ports"]}
+    assert svc["spec"]["ports"][0]["targetPort"] == "webhook-server" and ports["webhook-server"] == 9443
+    for kind, name in (("MutatingWebhookConfiguration", "kaiwo-mutating-webhook-configuration"),
+                       ("ValidatingWebhookConfiguration", "kaiwo-validating-webhook-configuration")):
+        for hook in one(docs, kind, name)["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == "kaiwo-webhook-service"
+            assert hook["clientConfig"]["service"]["namespace"] == "kaiwo-system"
+            assert hook["failurePolicy"] == "Ignore"

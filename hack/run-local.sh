@@ -112,11 +112,16 @@ else
   fi
 fi
 
-ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f())')
-health=${ports% *}
-metrics=${ports#* }
+ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f(), f())')
+read -r health metrics webhook <<<"$ports"
 op_args=(run --kubeconfig "$kubeconfig" --log-format console
   --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics")
+if [ "$local_plane" = 1 ]; then
+  # the local apiserver calls the admission webhooks of this process at 127.0.0.1; their
+  # certificate Secret lives in the operator's namespace
+  k create namespace kaiwo-system --dry-run=client -o yaml | k apply -f - >/dev/null
+  op_args+=(--webhook-bind-address "127.0.0.1:$webhook" --webhook-url-host 127.0.0.1)
+fi
 say "starting the operator: kaiwo-ctrl ${op_args[*]}"
 say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics"
 # own session: Ctrl-C reaches this script, which then stops the operator (SIGTERM) and the rest in order

@@ -16,6 +16,10 @@ with enforcement on, unlabelled Jobs in the enforced namespaces):
    mutated, ``spec.user`` = the requesting user) if there is none. The KaiwoJob
    reconciler then follows the Job's status without ever writing the Job.
 
+   A Job created with ``generateName`` is recognised by an annotation with
+   its admission request's UID (its name is chosen after admission; its
+   ``kaiwo.silogen.ai/name`` label stays empty, the KaiwoJob's has the name).
+
    Unlike the reference, the KaiwoJob is created after the Job exists, not
    during its admission: a KaiwoJob without its Job would make the reconciler
    create that Job itself, racing (and failing) the user's own request, and a
@@ -45,7 +49,7 @@ from kaiwo_ctrl.runtime.client import ApiError, Client, retry_on_conflict
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.resources import JOBS
-from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_QUEUE_NAME, system_labels
+from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
 from kaiwo_ctrl.workloads.resources import container_requests_gpu
 from kaiwo_ctrl.workloads.world import Settings
 
@@ -56,6 +60,9 @@ log = logging.getLogger("kaiwo_ctrl.webhooks.jobs")
 FINALIZER = "kaiwo.silogen.ai/finalizer"
 UNKNOWN_USER = "unknown-user"
 ENFORCEMENT_MESSAGE = "all jobs must have 'kaiwo.silogen.ai/managed' label"
+#: On a Job created with generateName: the UID of its admission request.
+ADMISSION_ANNOTATION = "kaiwo.silogen.ai/admission-uid"
+UID_KEY = "uid:"
 
 
 def job_requests_gpu(job: Mapping[str, Any], default_gpu_key: str) -> bool:
@@ -108,7 +115,7 @@ def tracking_kaiwojob(job: Mapping[str, Any], user: str) -> dict[str, Any]:
     deletes it with the Job even when the DELETE webhook was not reached.
     """
     meta = job["metadata"]
-    labels = dict(meta.get("labels") or {})
+    labels = {**(meta.get("labels") or {}), LABEL_NAME: meta["name"]}
     spec_job = {k: copy.deepcopy(v) for k, v in job.items() if k not in ("status", "metadata")}
     spec_job["metadata"] = {k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "labels", "annotations") if meta.get(k)}
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta.get("uid")}
@@ -152,21 +159,24 @@ class JobWebhooks:
         mutated, ops = result
         name, ns = (mutated["metadata"].get("name") or ""), review.namespace
         if not name:
-            err = FieldError("metadata.name", "Required value: a Kaiwo-managed Job needs a name (generateName cannot be tracked)")
-            return Verdict.refuse([err], "Job", "")
-        mutated["metadata"]["namespace"] = ns
+            # generateName: the apiserver picks the name after admission, so the
+            # Job is recognised by the admission request's UID instead
+            meta = mutated["metadata"]
+            ops.append({"op": "replace" if "annotations" in meta else "add", "path": "/metadata/annotations",
+                        "value": {**(meta.get("annotations") or {}), ADMISSION_ANNOTATION: review.uid}})
         if not review.dry_run:
             await self._ensure_local_queue(ns, mutated["metadata"]["labels"][LABEL_QUEUE_NAME])
-            task = asyncio.create_task(self._track(ns, name, user), name=f"track-job-{ns}/{name}")
+            key = (ns, name or UID_KEY + review.uid)
+            fut = self._waiting.setdefault(key, asyncio.get_running_loop().create_future())  # before the Job can arrive
+            task = asyncio.create_task(self._track(key, fut, user), name=f"track-job-{ns}/{name or review.uid}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return Verdict(patch=ops)
 
-    async def _track(self, ns: str, name: str, user: str) -> None:
+    async def _track(self, key: tuple[str, str], fut: asyncio.Future, user: str) -> None:
         """Create the tracking KaiwoJob once the admitted Job is stored."""
-        key = (ns, name)
-        fut = self._waiting.setdefault(key, asyncio.get_running_loop().create_future())
-        job = self.jobs.get(name, ns)
+        ns, name = key
+        job = None if name.startswith(UID_KEY) else self.jobs.get(name, ns)
         try:
             if job is None:
                 job = await asyncio.wait_for(asyncio.shield(fut), self.track_timeout)
@@ -251,10 +261,15 @@ class _Arrivals:
         self.waiting = waiting
 
     def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
+        if not self.waiting:
+            return
         meta = obj.get("metadata") or {}
-        fut = self.waiting.get((meta.get("namespace") or "", meta.get("name") or ""))
-        if fut is not None and not fut.done():
-            fut.set_result(obj)
+        ns = meta.get("namespace") or ""
+        uid = (meta.get("annotations") or {}).get(ADMISSION_ANNOTATION)
+        for key in ((ns, meta.get("name") or ""), (ns, UID_KEY + uid) if uid else None):
+            fut = self.waiting.get(key) if key else None
+            if fut is not None and not fut.done():
+                fut.set_result(obj)
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         self.on_add(new, False)

@@ -188,6 +188,18 @@ async def test_labelled_job_is_adopted_and_followed_to_completion(serving, admin
     await eventually(lambda: not exists(admin, kaiwojob_url(ns, "trainer")), what="tracking KaiwoJob deleted")
 
 
+async def test_generated_names_are_tracked(serving, admin):
+    ns = new_namespace(admin)
+    body = job_body("", {MANAGED: "true"})
+    body["metadata"] = {"generateName": "gen-", "labels": {MANAGED: "true"}}
+    r = admin.post(jobs_url(ns), json=body)
+    assert r.status_code == 201, r.text
+    name = r.json()["metadata"]["name"]
+    assert name.startswith("gen-") and FINALIZER in r.json()["metadata"]["finalizers"]
+    kj = await eventually(lambda: get(admin, kaiwojob_url(ns, name)), what="tracking KaiwoJob of a generated name")
+    assert kj["metadata"]["labels"]["kaiwo.silogen.ai/name"] == name
+
+
 async def test_unlabelled_job_is_untouched_and_never_reaches_the_webhook(serving, admin):
     """The counters are incremented before the webhook answers, so they are
     current as soon as the apiserver has answered the test."""

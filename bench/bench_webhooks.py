@@ -16,7 +16,7 @@ Then it stops the operator, deletes the webhook configurations and times
 the very same requests again. The difference of the percentiles is the
 latency the webhook adds. Not a test; run it by hand:
 
-    .venv/bin/python bench/bench_webhooks.py [--requests 200]
+    .venv/bin/python bench/bench_webhooks.py [--requests 200] [--pause 0.1]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def check(r: httpx.Response, *ok: int) -> None:
         raise SystemExit(f"unexpected {r.status_code}: {r.text[:300]}")
 
 
-def scenarios(h: httpx.Client, n: int, tag: str) -> dict[str, list[float]]:
+def scenarios(h: httpx.Client, n: int, tag: str, pause: float = 0.0) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
 
     def timed(name: str, fn) -> None:
@@ -65,6 +65,7 @@ def scenarios(h: httpx.Client, n: int, tag: str) -> dict[str, list[float]]:
             t0 = time.perf_counter()
             fn(i)
             samples.append(time.perf_counter() - t0)
+            time.sleep(pause)  # think time: the operator's follow-up work (reconciles) settles in between
         out[name] = samples
 
     jobs = f"/apis/batch/v1/namespaces/{NS}/jobs"
@@ -107,6 +108,8 @@ def wait(pred, timeout: float, what: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--requests", type=int, default=200)
+    p.add_argument("--pause", type=float, default=0.1,
+                   help="seconds between requests (0: back to back, which also measures the operator's backlog)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-webhooks-") as tmp:
         plane = ControlPlane(Path(tmp) / "plane", locate_assets(build=True)).start(install_crds=True)
@@ -126,19 +129,20 @@ def main() -> int:
 
                 wait(serving, 120, "webhooks registered")
                 scenarios(h, 10, "warm")  # connections, caches
-                with_hooks = scenarios(h, args.requests, "on")
+                with_hooks = scenarios(h, args.requests, "on", args.pause)
                 server = op.metrics()
                 op.stop()
                 op = None
                 for url in (MUTATING, VALIDATING):
                     check(h.delete(url), 200)
                 scenarios(h, 10, "warm2")
-                without = scenarios(h, args.requests, "off")
+                without = scenarios(h, args.requests, "off", args.pause)
         finally:
             if op is not None:
                 op.stop()
             plane.stop()
-    print(f"\nadded admission latency, {args.requests} sequential requests each (ms; with webhook - without)")
+    print(f"\nadded admission latency, {args.requests} sequential requests each, {args.pause}s apart"
+          " (ms; with webhook - without)")
     print(f"{'webhook':48} {'p50 on':>7} {'p50 off':>8} {'+p50':>6} {'p99 on':>7} {'p99 off':>8} {'+p99':>6}")
     for name, on in with_hooks.items():
         off = without[name]

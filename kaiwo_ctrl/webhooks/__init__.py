@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ipaddress
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,8 +71,6 @@ class WebhookOptions:
 
 
 def _split_host(host: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    import ipaddress
-
     try:
         ipaddress.ip_address(host)
         return (), (host,)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from kaiwo_ctrl.local.certs import TinyCA
@@ -106,7 +107,7 @@ def _signed_by(cert: x509.Certificate, ca: TinyCA) -> bool:
     try:
         cert.verify_directly_issued_by(ca.pair.cert)
         return True
-    except (ValueError, TypeError, Exception):  # noqa: BLE001 - InvalidSignature and friends
+    except (InvalidSignature, ValueError, TypeError):
         return False
 
 

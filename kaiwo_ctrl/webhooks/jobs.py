@@ -244,9 +244,10 @@ class JobWebhooks:
             return Verdict()
         name, ns = meta.get("name") or "", review.namespace
         warnings = []
+        if FINALIZER not in (meta.get("finalizers") or ()):
+            return Verdict()  # released already: the apiserver asks again while it completes the delete
         try:
-            if FINALIZER in (meta.get("finalizers") or ()):
-                await release_finalizer(self.client, ns, name)
+            await release_finalizer(self.client, ns, name, old)
             await self.client.delete(KAIWOJOBS, name, ns)
         except ApiError as e:
             log.warning("cleanup of an adopted Job failed", extra={"namespace": ns, "object": name, "error": str(e)})
@@ -278,8 +279,23 @@ class _Arrivals:
         pass
 
 
-async def release_finalizer(client: Client, ns: str, name: str) -> None:
-    """Remove our finalizer from Job ``ns/name`` (re-read and retried on conflicts)."""
+async def release_finalizer(client: Client, ns: str, name: str, seen: Mapping[str, Any] | None = None) -> None:
+    """Remove our finalizer from Job ``ns/name``.
+
+    With ``seen`` (the Job as the caller saw it) one JSON patch that tests the
+    finalizer's position removes it; if the Job changed since, it is re-read
+    and patched, retried on conflicts.
+    """
+    finalizers = list(((seen or {}).get("metadata") or {}).get("finalizers") or [])
+    if FINALIZER in finalizers:
+        path = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
+        try:
+            await client.patch(JOBS, name, [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}],
+                               ns, patch_type="json")
+            return
+        except ApiError as e:
+            if e.not_found:
+                return
 
     async def attempt() -> None:
         job = await client.get_or_none(JOBS, name, ns)

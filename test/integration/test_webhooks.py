@@ -410,8 +410,13 @@ def workload_body(kind: str, name: str, spec: dict) -> dict:
 
 async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(serving, plane, admin, tmp_path):
     """Runs last in this module: it stops the operator."""
-    assert serving.stop() == 0
     ns, enforced = new_namespace(admin), new_namespace(admin, enforce=True)
+    assert admin.post(jobs_url(ns), json=job_body("adopted", {MANAGED: "true"})).status_code == 201
+    await eventually(lambda: exists(admin, kaiwojob_url(ns, "adopted")), what="tracking KaiwoJob")
+    assert serving.stop() == 0
+    # deleted while no webhook can release the finalizer: it waits, Terminating
+    delete(admin, jobs_url(ns, "adopted"))
+    assert get(admin, jobs_url(ns, "adopted"))["metadata"].get("deletionTimestamp")
     r = admin.post(jobs_url(ns), json=job_body("labelled", {MANAGED: "true"}))
     assert r.status_code == 201, r.text
     assert not r.json()["metadata"].get("finalizers"), "no webhook ran, so no finalizer"
@@ -435,11 +440,14 @@ async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(s
     assert r.status_code >= 500 and "failed calling webhook" in r.json()["message"], r.text
     assert admin.post(jobs_url(enforced), json=job_body("cpu")).status_code == 201
 
-    op = start_operator(plane, tmp_path / "reconcilers.log", webhooks=False)
+    op = start_operator(plane, tmp_path / "restarted.log")
     try:
         for kind in ("KaiwoJob", "KaiwoService"):
             st = await wait_status(admin, kind, ns, "bad", "ERROR", timeout=120)
             messages = " ".join(c.get("message", "") for c in st.get("conditions") or [])
             assert "spec.resources.limits.cpu" in messages, st
+        # back, the leader releases what the webhook could not
+        await eventually(lambda: not exists(admin, jobs_url(ns, "adopted")), timeout=60, what="Terminating Job released")
+        await eventually(lambda: not exists(admin, kaiwojob_url(ns, "adopted")), what="its KaiwoJob deleted")
     finally:
         op.stop()

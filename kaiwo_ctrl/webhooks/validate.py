@@ -53,6 +53,18 @@ class ModelProfiles:
 ProfilesLookup = Callable[[], "ModelProfiles | None"]
 
 
+def profiles_of(source: Any) -> ProfilesLookup:
+    """A lookup over a live model-config source: anything whose ``current``
+    has ``resource_profiles`` and ``cache_profiles`` mappings (re-read on
+    every call, so a reloaded configuration applies at once)."""
+
+    def lookup() -> ModelProfiles:
+        cfg = source.current
+        return ModelProfiles(frozenset(cfg.resource_profiles), frozenset(cfg.cache_profiles))
+
+    return lookup
+
+
 def gpus_per_replica_errors(spec: Mapping[str, Any]) -> list[FieldError]:
     gpus, per = spec.get("gpus") or 0, spec.get("gpusPerReplica") or 0
     if isinstance(gpus, int) and isinstance(per, int) and gpus > 0 and per > gpus:

@@ -295,3 +295,15 @@ def test_config_default_wires_the_webhooks_to_the_manager():
             assert hook["clientConfig"]["service"]["name"] == "kaiwo-webhook-service"
             assert hook["clientConfig"]["service"]["namespace"] == "kaiwo-system"
             assert hook["failurePolicy"] == "Ignore"
+
+
+def test_profiles_follow_a_live_model_config_source():
+    from types import SimpleNamespace
+
+    from kaiwo_ctrl.webhooks.validate import profiles_of
+
+    source = SimpleNamespace(current=SimpleNamespace(resource_profiles={"cpu": {}}, cache_profiles={}))
+    lookup = profiles_of(source)
+    assert [e.path for e in model_profile_errors({"resourceProfile": "gpu:1"}, lookup())] == ["spec.resourceProfile"]
+    source.current = SimpleNamespace(resource_profiles={"cpu": {}, "gpu": {}}, cache_profiles={})
+    assert model_profile_errors({"resourceProfile": "gpu:1"}, lookup()) == []

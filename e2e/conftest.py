@@ -185,6 +185,10 @@ def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int
     # the model config is mounted from the ConfigMap kustomize generates from this file
     args = [f"--model-config={ROOT / 'config' / 'manager' / 'model-config.yaml'}" if a.startswith("--model-config=") else a
             for a in args]
+    if any(a.startswith("--webhook-bind-address=") for a in args):
+        # the apiserver calls the webhooks of this local process at a URL instead of the Service
+        webhook = free_port()
+        args = [_substitute_port(a, "--webhook-bind-address", webhook) for a in args] + ["--webhook-url-host=127.0.0.1"]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), "KUBECONFIG": str(kubeconfig)}
     for e in c.get("env", []):
         if "value" in e:

@@ -112,9 +112,8 @@ else
   fi
 fi
 
-ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f())')
-health=${ports% *}
-metrics=${ports#* }
+ports=$("$py" -c 'from kaiwo_ctrl.local.controlplane import free_port as f; print(f(), f(), f())')
+read -r health metrics webhook <<<"$ports"
 # the proxy on :8000 when that is free, else on any free port
 proxy=${RUN_LOCAL_PROXY_PORT:-$("$py" -c '
 import socket
@@ -127,6 +126,12 @@ with socket.socket() as s:
 op_args=(run --kubeconfig "$kubeconfig" --log-format console
   --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics"
   --proxy-bind-address "127.0.0.1:$proxy")
+if [ "$local_plane" = 1 ]; then
+  # the local apiserver calls the admission webhooks of this process at 127.0.0.1; their
+  # certificate Secret lives in the operator's namespace
+  k create namespace kaiwo-system --dry-run=client -o yaml | k apply -f - >/dev/null
+  op_args+=(--webhook-bind-address "127.0.0.1:$webhook" --webhook-url-host 127.0.0.1)
+fi
 say "starting the operator: kaiwo-ctrl ${op_args[*]}"
 say "  logs: $dir/operator.log   metrics: http://127.0.0.1:$metrics/metrics   proxy: http://127.0.0.1:$proxy/openai/v1"
 # own session: Ctrl-C reaches this script, which then stops the operator (SIGTERM) and the rest in order

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MODEL_CONFIG") or None,
         help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
     )
+    _webhook_args(run)
     from kaiwo_ctrl.serving.proxy.command import add_autoscaler_arguments, add_proxy_arguments
 
     add_proxy_arguments(run)
@@ -98,6 +99,43 @@ def build_parser() -> argparse.ArgumentParser:
     crds = gsub.add_parser("crds", help="write config/crd/bases from the typed API")
     crds.add_argument("--check", action="store_true")
     return p
+
+
+def _webhook_args(run: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    w = run.add_argument_group("admission webhooks")
+    w.add_argument("--webhook-bind-address", default=env("WEBHOOK_BIND_ADDRESS", "0"),
+                   help="host:port of the HTTPS webhook server; '0' (default) disables the webhooks")
+    w.add_argument("--webhook-url-host", default=env("WEBHOOK_URL_HOST"),
+                   help="out of cluster: register the webhooks with url https://HOST:PORT instead of the Service")
+    w.add_argument("--webhook-service-name", default=env("WEBHOOK_SERVICE_NAME", "kaiwo-webhook-service"))
+    w.add_argument("--webhook-config-prefix", default=env("WEBHOOK_CONFIG_PREFIX", "kaiwo"),
+                   help="names: PREFIX-mutating-webhook-configuration, PREFIX-validating-webhook-configuration")
+    w.add_argument("--webhook-cert-secret", default=env("WEBHOOK_CERT_SECRET", "kaiwo-webhook-server-cert"))
+    w.add_argument("--webhook-cert-validity", default=env("WEBHOOK_CERT_VALIDITY", "2160h"),
+                   help="serving certificate lifetime (Go duration); renewed with a third left")
+    w.add_argument("--enforcement-namespace-selector", default=env("ENFORCEMENT_NAMESPACE_SELECTOR", ""),
+                   help="label selector of the namespaces where ENFORCE_KAIWO_ON_GPU_WORKLOADS applies "
+                        "(kube-system and the operator's namespace are always left out)")
+    w.add_argument("--enforcement-failure-policy", choices=["Fail", "Ignore"],
+                   default=env("ENFORCEMENT_FAILURE_POLICY", "Fail"))
+
+
+def _webhook_options(args: argparse.Namespace, namespace: str):
+    if not args.webhook_bind_address or args.webhook_bind_address == "0":
+        return None
+    from kaiwo_ctrl.webhooks import WebhookOptions
+    from api.meta import parse_duration
+
+    host, _, port = args.webhook_bind_address.rpartition(":")
+    return WebhookOptions(
+        host=host or "0.0.0.0", port=int(port), namespace=namespace, url_host=args.webhook_url_host,
+        service_name=args.webhook_service_name, config_prefix=args.webhook_config_prefix,
+        secret_name=args.webhook_cert_secret, cert_validity=parse_duration(args.webhook_cert_validity),
+        enforce=os.environ.get("ENFORCE_KAIWO_ON_GPU_WORKLOADS", "").strip().lower() == "true",
+        enforcement_namespace_selector=args.enforcement_namespace_selector,
+        enforcement_failure_policy=args.enforcement_failure_policy,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,12 +267,17 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         )
     from kaiwo_ctrl.serving.proxy.command import run_with_manager, setup_serving
 
+    webhooks = None
     if args.cmd == "run":
         tracer = setup_tracing(args.tracing)
         if build is not None:
             await build(mgr, workers=args.workers, tracer=tracer)
         else:
-            await build_operator(mgr, workers=args.workers, tracer=tracer, model_config=model_config)
+            namespace = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
+            webhooks = await build_operator(
+                mgr, workers=args.workers, tracer=tracer, model_config=model_config,
+                webhooks=_webhook_options(args, namespace),
+            )
     # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
     proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
 
@@ -252,11 +295,16 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    if webhooks is not None:
+        await webhooks.start()
     try:
         await run_with_manager(mgr, proxy, stop)
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1
+    finally:
+        if webhooks is not None:
+            await webhooks.stop()
     return 0
 
 

@@ -17,7 +17,11 @@ from kaiwo_ctrl.settings import ensure_config
 log = logging.getLogger("kaiwo_ctrl.operator")
 
 
-async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None) -> None:
+async def build_operator(
+    mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None, webhooks: Any = None
+) -> Any:
+    """Register everything; returns the webhook server (``None`` without
+    ``webhooks`` options), which the caller starts and stops around ``mgr.run``."""
     await ensure_config(mgr.client)
     from kaiwo_ctrl.queues import controller as queues
     from kaiwo_ctrl.workloads import controller as workloads
@@ -41,3 +45,12 @@ async def build_operator(mgr: Manager, *, workers: int = 16, tracer: Any = None,
     # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
     source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)
     serving.setup(mgr, source)
+    if webhooks is None:
+        return None
+    import dataclasses
+
+    from kaiwo_ctrl.webhooks import setup as webhooks_setup
+    from kaiwo_ctrl.webhooks.validate import profiles_of
+
+    # Model resourceProfile/cacheProfile names are checked against the live model config
+    return webhooks_setup(mgr, dataclasses.replace(webhooks, profiles=profiles_of(source)))

@@ -103,9 +103,10 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         "batch",
         "jobs",
-        ("list", "watch", "create", "update", "delete"),
+        ("get", "list", "watch", "create", "update", "patch", "delete"),
         "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination); "
-        "serving/cache.py: cache loader and evict Jobs",
+        "serving/cache.py: cache loader and evict Jobs; "
+        "webhooks/jobs.py: re-read and patch to release the finalizer of an adopted Job",
     ),
     Rule(
         "apps",
@@ -143,7 +144,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "queues/kueue.py: Kueue objects carry a controller owner reference (blockOwnerDeletion) to the queue config",
         evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/queues/kueue.py", "ownership.owner_reference("), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
     ),
-    Rule(KAIWO, "kaiwojobs", ("list", "watch"), "workloads/controller.py: KaiwoJob informer"),
+    Rule(
+        KAIWO,
+        "kaiwojobs",
+        ("list", "watch", "create", "delete"),
+        "workloads/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job and deletes it with the Job",
+    ),
     Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
@@ -168,6 +174,19 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
     Rule(GATEWAY, "httproutes", ("get", "list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model (get: whose is a route name already taken)"),
     Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
+    # --- admission webhooks ---------------------------------------------------
+    Rule(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        ("get", "create", "update"),
+        "webhooks/registration.py: read, update (caBundle, enforcement webhooks) and, out of cluster only, create our configuration",
+    ),
+    Rule(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        ("get", "create", "update"),
+        "webhooks/registration.py: read, update (caBundle, enforcement webhooks) and, out of cluster only, create our configuration",
+    ),
     # --- Kueue --------------------------------------------------------------
     Rule(KUEUE, "resourceflavors", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "clusterqueues", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
@@ -246,6 +265,12 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "configmaps",
         ("get", "create", "patch"),
         "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
+    ),
+    Rule(
+        "",
+        "secrets",
+        ("get", "list", "watch", "create", "update"),
+        "webhooks/tls.py: the webhook certificate Secret in the operator's own namespace (every replica watches it, the leader writes it)",
     ),
 )
 

@@ -4,6 +4,8 @@ Three independent CAs, as a real cluster has: one signs the apiserver's
 serving certificate, one signs client certificates (user = CN, groups = O),
 and one key pair signs service-account tokens. Everything is ECDSA P-256 and
 valid for a week: the control plane is for development and tests only.
+The admission webhooks' TLS (``kaiwo_ctrl.webhooks.tls``) issues its CA and
+serving certificate with the same class and its own validity.
 """
 
 from __future__ import annotations
@@ -61,8 +63,10 @@ class CertPair:
 class TinyCA:
     """A self-signed CA that issues leaf certificates."""
 
-    def __init__(self, cn: str = "kaiwo-ctrl-local-ca") -> None:
-        now = dt.datetime.now(dt.timezone.utc)
+    def __init__(
+        self, cn: str = "kaiwo-ctrl-local-ca", validity: dt.timedelta = _VALIDITY, now: dt.datetime | None = None
+    ) -> None:
+        now = now or dt.datetime.now(dt.timezone.utc)
         key = ec.generate_private_key(ec.SECP256R1())
         name = _name(cn, ("kaiwo-ctrl",))
         cert = (
@@ -72,7 +76,7 @@ class TinyCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -92,6 +96,14 @@ class TinyCA:
         )
         self.pair = CertPair(cert, key)
 
+    @classmethod
+    def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> "TinyCA":
+        """An existing CA (e.g. read back from a Secret) that can issue more leaves."""
+        ca = cls.__new__(cls)
+        key = serialization.load_pem_private_key(key_pem, None)
+        ca.pair = CertPair(x509.load_pem_x509_certificate(cert_pem), key)  # type: ignore[arg-type]
+        return ca
+
     def issue(
         self,
         cn: str,
@@ -100,8 +112,10 @@ class TinyCA:
         server: bool = False,
         dns: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
+        validity: dt.timedelta = _VALIDITY,
+        now: dt.datetime | None = None,
     ) -> CertPair:
-        now = dt.datetime.now(dt.timezone.utc)
+        now = now or dt.datetime.now(dt.timezone.utc)
         key = ec.generate_private_key(ec.SECP256R1())
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
@@ -111,7 +125,7 @@ class TinyCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(min(now + validity, self.pair.cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )

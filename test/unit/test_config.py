@@ -111,7 +111,9 @@ def test_leader_election_role(default):
     assert rules == {("coordination.k8s.io", "leases", ()): {"create"},
                      ("coordination.k8s.io", "leases", ("83fc2279.silogen.ai",)): {"get", "update"},
                      ("", "events", ()): {"create", "patch"},
-                     ("", "configmaps", ()): {"get", "create", "patch"}}  # the autoscaler's state
+                     ("", "configmaps", ()): {"get", "create", "patch"},  # the autoscaler's state
+                     # the webhook certificate Secret, in the operator's own namespace only
+                     ("", "secrets", ()): {"get", "list", "watch", "create", "update"}}
 
 
 def test_manager_deployment(default):
@@ -125,7 +127,7 @@ def test_manager_deployment(default):
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000}
+    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000, "webhook-server": 9443}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
@@ -133,6 +135,7 @@ def test_manager_deployment(default):
     assert args.cmd == "run" and args.leader_elect is True
     assert args.health_probe_bind_address.endswith(":8081")
     assert args.metrics_bind_address.endswith(":8080")
+    assert args.webhook_bind_address == ":9443" and not args.webhook_url_host  # served behind the webhook Service
 
     env = {e["name"]: e for e in c["env"]}
     assert env["DEFAULT_CLUSTER_QUEUE_NAME"]["value"] == "kaiwo"

@@ -103,21 +103,25 @@ def loader_job(model: dict[str, Any], config: SystemConfig, ns_config: Any = Non
     }
     if spec.get("envFrom"):
         container["envFrom"] = spec["envFrom"]
-    pod_spec: dict[str, Any] = {}
+    pod_spec = _pull_secrets(config, ns_config)
     model_credentials(model, config, ns_config).apply(container, pod_spec)
-    secrets = pull_secrets(ns_config, config.server_pods.get("imagePullSecrets"))
-    if secrets:
-        pod_spec["imagePullSecrets"] = secrets
     mount = {"name": "model", "mountPath": directory, "subPath": directory.lstrip("/")}
     return _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"], pod_spec)
 
 
-def evict_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
+def _pull_secrets(config: SystemConfig, ns_config: Any) -> dict[str, Any]:
+    """Pod-spec pull secrets for the loader image, as for the server Pods."""
+    secrets = pull_secrets(ns_config, config.server_pods.get("imagePullSecrets"))
+    return {"imagePullSecrets": secrets} if secrets else {}
+
+
+def evict_job(model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> dict[str, Any]:
     meta = model["metadata"]
     directory = cache_dir(meta["name"], meta.get("uid", ""))
     container = {"name": "evictor", "image": config.loader_image, "command": ["rm", "-rf", directory]}
     mount = {"name": "model", "mountPath": "/models", "subPath": "models"}
-    return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"])
+    return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"],
+                _pull_secrets(config, ns_config))
 
 
 def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
@@ -212,7 +216,7 @@ class CacheManager:
         if pvc is not None and not pvc["metadata"].get("deletionTimestamp") and profile in self.rec.source.current.cache_profiles:
             job = self.rec.jobs.get(evict_job_name(name), ns)
             if job is None:
-                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current))
+                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current, self.rec.namespace_config(ns)))
                 return None
             if not job_complete(job):
                 return None

@@ -164,3 +164,12 @@ def test_render_applies_namespace_config(tmp_path, capsys):
     pods = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d["kind"] == "Pod"]
     assert len(pods) == 1 and pods[0]["spec"]["imagePullSecrets"] == [{"name": "ns-pull"}, {"name": "shared-pull"}]
     assert secret_of(env_of(server(pods[0]))["HF_TOKEN"]) == ("ns-hf", "token")
+
+
+def test_evict_job_gets_pull_secrets_but_no_credentials():
+    from kaiwo_ctrl.serving.cache import evict_job
+
+    spec = evict_job(model(cacheProfile="f"), parse_config(None), NS_CONFIG)["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "ns-pull"}, {"name": "shared-pull"}]
+    assert "env" not in spec["containers"][0] and [v["name"] for v in spec["volumes"]] == ["model"]
+    assert "imagePullSecrets" not in evict_job(model(cacheProfile="f"), parse_config(None))["spec"]["template"]["spec"]

@@ -26,7 +26,7 @@ from kaiwo_ctrl.runtime.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
 
 from .config import SystemConfig
-from .pods import cache_dir, model_credentials, user_env
+from .pods import cache_dir, model_credentials, spec_hash, user_env
 
 if TYPE_CHECKING:
     from .controller import ModelReconciler
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 PVC_PREFIX = "shared-model-cache-"
 PVC_ANNOTATION_PREFIX = "models.kubeai.org/"
 FINALIZER = "kubeai.org/cache-eviction"
+#: Hash of the loader Job's pod spec: a failed loader is replaced once the Model or
+#: its credentials change (a fixed URL or Secret), not left failed until deleted by hand.
+LOADER_HASH_ANNOTATION = "kaiwo.silogen.ai/loader-hash"
 
 
 def pvc_name(profile: str) -> str:
@@ -106,7 +109,9 @@ def loader_job(model: dict[str, Any], config: SystemConfig, ns_config: Any = Non
     pod_spec = _pull_secrets(config, ns_config)
     model_credentials(model, config, ns_config).apply(container, pod_spec)
     mount = {"name": "model", "mountPath": directory, "subPath": directory.lstrip("/")}
-    return _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"], pod_spec)
+    job = _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"], pod_spec)
+    job["metadata"]["annotations"] = {LOADER_HASH_ANNOTATION: spec_hash(job["spec"]["template"]["spec"])}
+    return job
 
 
 def _pull_secrets(config: SystemConfig, ns_config: Any) -> dict[str, Any]:
@@ -130,6 +135,10 @@ def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
 
 def job_complete(job: dict[str, Any] | None) -> bool:
     return _job_condition(job, "Complete")
+
+
+def _loader_hash(job: dict[str, Any]) -> str:
+    return (job["metadata"].get("annotations") or {}).get(LOADER_HASH_ANNOTATION, "")
 
 
 def job_failure(job: dict[str, Any] | None) -> str | None:
@@ -178,24 +187,40 @@ class CacheManager:
         job_name = loader_job_name(name)
         job = self.rec.jobs.get(job_name, ns)
         if not loaded:
-            if job is None:
-                await self.rec.client.create(JOBS, loader_job(model, config, ns_config))
-                self.rec.events.normal(model, "CacheLoading", f"started Job {job_name} to load the cache")
-                return False, ""
-            failed = job_failure(job)
-            if failed is not None:
-                message = f"loader Job {job_name} failed: {failed}; see its Pod's log (delete the Job to retry)"
-                if not self._reported(model, message):
-                    self.rec.events.warning(model, "CacheLoadFailed", message)
-                return False, message
-            if not job_complete(job):
-                return False, ""
+            state = await self._drive_loader(model, config, ns_config, job)
+            if state is not None:
+                return state
             patch = {"metadata": {"annotations": {PVC_ANNOTATION_PREFIX + name: record(uid)}}}
             await self.rec.client.patch(PVCS, pvc_name(profile), patch, ns)
             self.rec.events.normal(model, "CacheLoaded", f"model files cached in PVC {pvc_name(profile)}")
         if job is not None and not job["metadata"].get("deletionTimestamp"):
             await self.rec.client.delete(JOBS, job_name, ns, propagation="Foreground")
         return True, ""
+
+    async def _drive_loader(
+        self, model: dict[str, Any], config: SystemConfig, ns_config: Any, job: dict[str, Any] | None
+    ) -> tuple[bool, str] | None:
+        """The loader Job while the cache is not loaded: None once it completed,
+        else (False, message), the message naming the Job when it failed."""
+        meta = model["metadata"]
+        ns, job_name = meta.get("namespace"), loader_job_name(meta["name"])
+        if job is None:
+            await self.rec.client.create(JOBS, loader_job(model, config, ns_config))
+            self.rec.events.normal(model, "CacheLoading", f"started Job {job_name} to load the cache")
+            return False, ""
+        if job_complete(job):
+            return None
+        failed = job_failure(job)
+        if failed is None or job["metadata"].get("deletionTimestamp"):
+            return False, ""
+        if _loader_hash(job) != _loader_hash(loader_job(model, config, ns_config)):
+            await self.rec.client.delete(JOBS, job_name, ns, propagation="Background")
+            self.rec.events.normal(model, "CacheLoading", f"Job {job_name} failed; replacing it after a change")
+            return False, ""
+        message = f"loader Job {job_name} failed: {failed}; see its Pod's log (delete the Job, or fix the Model, to retry)"
+        if not self._reported(model, message):
+            self.rec.events.warning(model, "CacheLoadFailed", message)
+        return False, message
 
     @staticmethod
     def _reported(model: dict[str, Any], message: str) -> bool:

@@ -130,9 +130,8 @@ def _storage(
     if spec.get("adapters") is not None and spec.get("engine") == "VLLM":
         volumes.append({"name": "adapters", "emptyDir": {}})
         mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
-        holder = {"volumes": volumes}
-        sidecars.append(_adapter_sidecar(model, config, ns_config, holder))
-        volumes = holder["volumes"]
+        # the sidecar's credential volumes are appended to ``volumes`` here, in order
+        sidecars.append(_adapter_sidecar(model, config, ns_config, {"volumes": volumes}))
     if cdir:
         claim = f"shared-model-cache-{spec['cacheProfile']}"
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim}})

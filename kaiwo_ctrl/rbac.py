@@ -122,7 +122,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("list", "watch", "create", "update", "delete"),
         "workloads/controller.py: AppWrappers around Ray services",
     ),
-    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass)"),
+    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
     # --- our own kinds ------------------------------------------------------
     Rule(
         CONFIG,
@@ -167,7 +167,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
         evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
     ),
-    Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads read the effective config"),
+    Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads and serving read the effective config"),
     Rule(CONFIG, "aimnamespaceconfigs/status", ("patch",), "aim/controller.py: status patch"),
     # --- KubeAI and Gateway API (AIMNamespaceConfig gateway exposure) ----------
     # (models list/watch and models/finalizers: see the KubeAI section below)

@@ -23,6 +23,8 @@ as a Pod that names the missing Secret instead of an unauthenticated download.
 * ``gs``/``gcs``: the first ``gcs[]`` key mounted as a file, with
   ``GOOGLE_APPLICATION_CREDENTIALS`` pointing at it.
 * ``azure``: ``AZURE_STORAGE_CONNECTION_STRING`` from the first ``azureBlob[]``.
+* ``oss`` (Alibaba, KubeAI's ``secretNames.alibaba``): system layer only, as the
+  namespace config has no OSS entries.
 
 Kaiwo download Jobs can fetch from several endpoints at once, which one set of
 env vars cannot express; :func:`fill_download_items` instead fills each item's
@@ -41,16 +43,21 @@ HF_TOKEN = "HF_TOKEN"
 AWS_KEY_ID, AWS_SECRET, AWS_ENDPOINT = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"
 GOOGLE_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
 AZURE_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
+OSS_KEY_ID, OSS_SECRET = "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET"
 
 #: Where the namespace config's GCS key is mounted (file name fixed).
 GCS_VOLUME, GCS_DIR, GCS_FILE = "aim-gcs-credentials", "/secrets/aim-gcs-credentials", "credentials.json"
 #: KubeAI's system-config layout (secretNames.*): keys and the GCP volume.
-SYSTEM_KEYS = {"hf": "token", "aws_id": "accessKeyID", "aws_secret": "secretAccessKey", "gcp": "jsonKeyfile"}
+SYSTEM_KEYS = {
+    "hf": "token", "aws_id": "accessKeyID", "aws_secret": "secretAccessKey", "gcp": "jsonKeyfile",
+    "oss_id": "accessKeyID", "oss_secret": "accessKeySecret",
+}
 SYSTEM_GCS_VOLUME, SYSTEM_GCS_DIR = "gcp-credentials", "/secrets/gcp-credentials"
 
 _PROVIDERS = {
     "hf": "hf", "huggingface": "hf",
     "s3": "s3",
+    "oss": "oss",
     "gs": "gcs", "gcs": "gcs",
     "az": "azure", "azure": "azure", "azureblob": "azure", "abfs": "azure", "wasbs": "azure",
 }
@@ -118,7 +125,7 @@ def _ref(value: Any) -> tuple[str, str] | None:
 
 
 def provider_of(scheme_or_url: str) -> str:
-    """``hf``, ``s3``, ``gcs``, ``azure`` or ``""`` for a URL or bare scheme."""
+    """``hf``, ``s3``, ``oss``, ``gcs``, ``azure`` or ``""`` for a URL or bare scheme."""
     scheme = scheme_or_url.split("://", 1)[0] if "://" in scheme_or_url else scheme_or_url
     return _PROVIDERS.get(scheme.strip().lower(), "")
 
@@ -204,6 +211,11 @@ def _system_additions(provider: str, names: Mapping[str, Any]) -> Additions:
             secret_env(AWS_KEY_ID, (names["aws"], SYSTEM_KEYS["aws_id"]), optional=True),
             secret_env(AWS_SECRET, (names["aws"], SYSTEM_KEYS["aws_secret"]), optional=True),
         ))
+    if provider == "oss" and names.get("alibaba"):
+        return Additions(env=(
+            secret_env(OSS_KEY_ID, (names["alibaba"], SYSTEM_KEYS["oss_id"]), optional=True),
+            secret_env(OSS_SECRET, (names["alibaba"], SYSTEM_KEYS["oss_secret"]), optional=True),
+        ))
     if provider == "gcs" and names.get("gcp"):
         return _gcs_file(names["gcp"], SYSTEM_KEYS["gcp"], SYSTEM_GCS_VOLUME, SYSTEM_GCS_DIR, optional=True)
     return Additions()
@@ -215,6 +227,7 @@ OWN_VARS = {
     "s3": (AWS_KEY_ID, AWS_SECRET),
     "gcs": (GOOGLE_CREDENTIALS,),
     "azure": (AZURE_CONNECTION,),
+    "oss": (OSS_KEY_ID, OSS_SECRET),
 }
 
 

@@ -10,7 +10,10 @@ schemes:
 * ``oss://<bucket>/<prefix>``: Alibaba OSS through its S3-compatible API
   (``OSS_ACCESS_KEY_ID``/``OSS_ACCESS_KEY_SECRET``, endpoint ``OSS_ENDPOINT``);
 * ``gs://<bucket>/<prefix>``: Google Cloud Storage
-  (``GOOGLE_APPLICATION_CREDENTIALS``).
+  (``GOOGLE_APPLICATION_CREDENTIALS``);
+* ``az://<container>/<prefix>``: Azure Blob Storage (connection string from
+  ``AZURE_STORAGE_CONNECTION_STRING``, the variable an AIMNamespaceConfig's
+  ``azureBlob[]`` entry supplies).
 
 Objects are written through a temporary file and renamed into place; a key
 that would land outside the target directory (``..``, absolute paths) is
@@ -26,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-SECRET_ENV = ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "OSS_ACCESS_KEY_SECRET")
+SECRET_ENV = ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "OSS_ACCESS_KEY_SECRET", "AZURE_STORAGE_CONNECTION_STRING")
 
 
 class UnsafePath(ValueError):
@@ -122,6 +125,27 @@ def _gcs(bucket: str, prefix: str, root: Path) -> int:
     return count
 
 
+def _azure(container: str, prefix: str, root: Path) -> int:
+    from azure.storage.blob import BlobServiceClient
+
+    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING") or ""
+    if not conn:
+        raise ValueError("az:// needs AZURE_STORAGE_CONNECTION_STRING")
+    with BlobServiceClient.from_connection_string(conn) as service:
+        client = service.get_container_client(container)
+        count = 0
+        for blob in client.list_blobs(name_starts_with=prefix or None):
+            if blob.name.endswith("/"):
+                continue
+            dest = safe_target(root, _relative(blob.name, prefix))
+            if dest.exists() and dest.stat().st_size == blob.size:
+                continue
+            _write_atomic(dest, lambda fh, n=blob.name: client.download_blob(n).readinto(fh))
+            count += 1
+            _log("fetched", key=blob.name, bytes=blob.size)
+    return count
+
+
 def _hf(repo: str, root: Path) -> int:
     from huggingface_hub import snapshot_download
 
@@ -143,9 +167,11 @@ def download_model(url: str, target: str | Path) -> int:
         return _s3(bucket, prefix, root, oss=scheme == "oss")
     if scheme == "gs":
         return _gcs(bucket, prefix, root)
+    if scheme == "az":
+        return _azure(bucket, prefix, root)
     if scheme == "hf":
         return _hf(f"{bucket}/{prefix}".rstrip("/"), root)
-    raise ValueError(f"unsupported scheme {scheme!r} (hf, s3, gs, oss)")
+    raise ValueError(f"unsupported scheme {scheme!r} (hf, s3, gs, oss, az)")
 
 
 def main(argv: list[str]) -> int:

@@ -20,13 +20,13 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
 
 from .config import SystemConfig
-from .pods import cache_dir, credentials, user_env
-from .urls import parse_url
+from .pods import cache_dir, model_credentials, spec_hash, user_env
 
 if TYPE_CHECKING:
     from .controller import ModelReconciler
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 PVC_PREFIX = "shared-model-cache-"
 PVC_ANNOTATION_PREFIX = "models.kubeai.org/"
 FINALIZER = "kubeai.org/cache-eviction"
+#: Hash of the loader Job's pod spec: a failed loader is replaced once the Model or
+#: its credentials change (a fixed URL or Secret), not left failed until deleted by hand.
+LOADER_HASH_ANNOTATION = "kaiwo.silogen.ai/loader-hash"
 
 
 def pvc_name(profile: str) -> str:
@@ -63,8 +66,11 @@ def desired_pvc(namespace: str, profile_name: str, profile: dict[str, Any]) -> d
     }
 
 
-def _job(model: dict[str, Any], name: str, container: dict[str, Any], mount: dict[str, Any], profile: str) -> dict:
+def _job(model: dict[str, Any], name: str, container: dict[str, Any], mount: dict[str, Any], profile: str,
+         pod_spec: dict[str, Any] | None = None) -> dict:
     meta = model["metadata"]
+    pod_spec = dict(pod_spec or {})
+    volumes = [{"name": "model", "persistentVolumeClaim": {"claimName": pvc_name(profile)}}, *pod_spec.pop("volumes", [])]
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -76,8 +82,8 @@ def _job(model: dict[str, Any], name: str, container: dict[str, Any], mount: dic
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "containers": [{**container, "volumeMounts": [*container.get("volumeMounts", []), mount]}],
-                    "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": pvc_name(profile)}},
-                                *container.pop("_volumes", [])],
+                    "volumes": volumes,
+                    **pod_spec,
                 },
             },
         },
@@ -86,31 +92,41 @@ def _job(model: dict[str, Any], name: str, container: dict[str, Any], mount: dic
     return job
 
 
-def loader_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
+def loader_job(model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> dict[str, Any]:
+    """The loader Job; ``ns_config`` (the namespace's effective AIMNamespaceConfig)
+    supplies credentials as for the server Pod, and its image pull secrets."""
     meta, spec = model["metadata"], model.get("spec") or {}
     directory = cache_dir(meta["name"], meta.get("uid", ""))
-    env, vols, mounts = credentials(parse_url(spec.get("url", "")).scheme, config.secret_names)
-    container = {
+    container: dict[str, Any] = {
         "name": "loader",
         "image": config.loader_image,
         "command": ["kaiwo-ctrl", "download", "model"],
         "args": [spec.get("url", ""), directory],
-        "env": user_env(spec) + env,
-        "volumeMounts": mounts,
-        "_volumes": vols,
+        "env": user_env(spec),
     }
     if spec.get("envFrom"):
         container["envFrom"] = spec["envFrom"]
+    pod_spec = _pull_secrets(config, ns_config)
+    model_credentials(model, config, ns_config).apply(container, pod_spec)
     mount = {"name": "model", "mountPath": directory, "subPath": directory.lstrip("/")}
-    return _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"])
+    job = _job(model, loader_job_name(meta["name"]), container, mount, spec["cacheProfile"], pod_spec)
+    job["metadata"]["annotations"] = {LOADER_HASH_ANNOTATION: spec_hash(job["spec"]["template"]["spec"])}
+    return job
 
 
-def evict_job(model: dict[str, Any], config: SystemConfig) -> dict[str, Any]:
+def _pull_secrets(config: SystemConfig, ns_config: Any) -> dict[str, Any]:
+    """Pod-spec pull secrets for the loader image, as for the server Pods."""
+    secrets = pull_secrets(ns_config, config.server_pods.get("imagePullSecrets"))
+    return {"imagePullSecrets": secrets} if secrets else {}
+
+
+def evict_job(model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> dict[str, Any]:
     meta = model["metadata"]
     directory = cache_dir(meta["name"], meta.get("uid", ""))
     container = {"name": "evictor", "image": config.loader_image, "command": ["rm", "-rf", directory]}
     mount = {"name": "model", "mountPath": "/models", "subPath": "models"}
-    return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"])
+    return _job(model, evict_job_name(meta["name"]), container, mount, model["spec"]["cacheProfile"],
+                _pull_secrets(config, ns_config))
 
 
 def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
@@ -119,6 +135,19 @@ def _job_condition(job: dict[str, Any] | None, type_: str) -> bool:
 
 def job_complete(job: dict[str, Any] | None) -> bool:
     return _job_condition(job, "Complete")
+
+
+def _loader_hash(job: dict[str, Any]) -> str:
+    return (job["metadata"].get("annotations") or {}).get(LOADER_HASH_ANNOTATION, "")
+
+
+def job_failure(job: dict[str, Any] | None) -> str | None:
+    """The reason/message of a Job's ``Failed=True`` condition, None while it has not failed."""
+    for c in (job or {}).get("status", {}).get("conditions") or ():
+        if c.get("type") == "Failed" and c.get("status") == "True":
+            text = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+            return text[:300] or "Failed"
+    return None
 
 
 def record(uid: str) -> str:
@@ -139,8 +168,9 @@ class CacheManager:
         meta["resourceVersion"] = out["metadata"]["resourceVersion"]
         meta["finalizers"] = out["metadata"].get("finalizers")
 
-    async def ensure_loaded(self, model: dict[str, Any], config: SystemConfig) -> bool:
-        """Drive the loader; True once the cache holds this Model's files."""
+    async def ensure_loaded(self, model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> tuple[bool, str]:
+        """Drive the loader: (True, "") once the cache holds this Model's files,
+        (False, message) while it loads, the message naming the Job once it failed."""
         meta, spec = model["metadata"], model["spec"]
         ns, name, uid = meta.get("namespace"), meta["name"], meta.get("uid")
         profile = spec["cacheProfile"]
@@ -154,22 +184,49 @@ class CacheManager:
             loaded = bool(annotation) and json.loads(annotation).get("uid") == uid
         except ValueError:
             loaded = False
-        job = self.rec.jobs.get(loader_job_name(name), ns)
+        job_name = loader_job_name(name)
+        job = self.rec.jobs.get(job_name, ns)
         if not loaded:
-            if job is None:
-                await self.rec.client.create(JOBS, loader_job(model, config))
-                self.rec.events.normal(model, "CacheLoading", f"started Job {loader_job_name(name)} to load the cache")
-                return False
-            if _job_condition(job, "Failed"):
-                self.rec.events.warning(model, "CacheLoadFailed", f"Job {loader_job_name(name)} failed; see its Pod's log")
-            if not job_complete(job):
-                return False
+            state = await self._drive_loader(model, config, ns_config, job)
+            if state is not None:
+                return state
             patch = {"metadata": {"annotations": {PVC_ANNOTATION_PREFIX + name: record(uid)}}}
             await self.rec.client.patch(PVCS, pvc_name(profile), patch, ns)
             self.rec.events.normal(model, "CacheLoaded", f"model files cached in PVC {pvc_name(profile)}")
         if job is not None and not job["metadata"].get("deletionTimestamp"):
-            await self.rec.client.delete(JOBS, loader_job_name(name), ns, propagation="Foreground")
-        return True
+            await self.rec.client.delete(JOBS, job_name, ns, propagation="Foreground")
+        return True, ""
+
+    async def _drive_loader(
+        self, model: dict[str, Any], config: SystemConfig, ns_config: Any, job: dict[str, Any] | None
+    ) -> tuple[bool, str] | None:
+        """The loader Job while the cache is not loaded: None once it completed,
+        else (False, message), the message naming the Job when it failed."""
+        meta = model["metadata"]
+        ns, job_name = meta.get("namespace"), loader_job_name(meta["name"])
+        if job is None:
+            await self.rec.client.create(JOBS, loader_job(model, config, ns_config))
+            self.rec.events.normal(model, "CacheLoading", f"started Job {job_name} to load the cache")
+            return False, ""
+        if job_complete(job):
+            return None
+        failed = job_failure(job)
+        if failed is None or job["metadata"].get("deletionTimestamp"):
+            return False, ""
+        if _loader_hash(job) != _loader_hash(loader_job(model, config, ns_config)):
+            await self.rec.client.delete(JOBS, job_name, ns, propagation="Background")
+            self.rec.events.normal(model, "CacheLoading", f"Job {job_name} failed; replacing it after a change")
+            return False, ""
+        message = f"loader Job {job_name} failed: {failed}; see its Pod's log (delete the Job, or fix the Model, to retry)"
+        if not self._reported(model, message):
+            self.rec.events.warning(model, "CacheLoadFailed", message)
+        return False, message
+
+    @staticmethod
+    def _reported(model: dict[str, Any], message: str) -> bool:
+        """Whether the Model's status already carries this failure (no repeated events)."""
+        conds = (model.get("status") or {}).get("conditions") or ()
+        return any(c.get("type") == "CacheLoaded" and c.get("message") == message[:1024] for c in conds)
 
     async def finalize(self, model: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         meta = model["metadata"]
@@ -184,7 +241,7 @@ class CacheManager:
         if pvc is not None and not pvc["metadata"].get("deletionTimestamp") and profile in self.rec.source.current.cache_profiles:
             job = self.rec.jobs.get(evict_job_name(name), ns)
             if job is None:
-                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current))
+                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current, self.rec.namespace_config(ns)))
                 return None
             if not job_complete(job):
                 return None

@@ -27,15 +27,17 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.aim.effective import resolve
+from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, MODELS
 from kaiwo_ctrl.runtime.client import ApiError
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import strip_managed_fields
 from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.predicate import GenerationChanged
 from kaiwo_ctrl.runtime.ownership import set_controller_reference
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PVCS
+from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
 from . import cache as cachelib
 from .adapters import SYNC_ERRORS, AdapterSync
@@ -74,7 +76,9 @@ def _index_model(obj: dict) -> list[str]:
     return [f"{meta.get('namespace')}/{m}"] if m else []
 
 
-#: Seconds before a Pod the API server refused is tried again (what it needs may appear).
+#: Seconds before a Pod the API server refused is tried again (what it needs may
+#: appear). A missing PriorityClass is not retried on a timer: its creation is
+#: watched and enqueues the Models that name it.
 REJECTED_RETRY = 30.0
 
 
@@ -143,6 +147,8 @@ class ModelReconciler:
         self.configmaps = mgr.cache.informer(CONFIGMAPS, label_selector=SELECTOR)
         self.jobs = mgr.cache.informer(JOBS)
         self.pvcs = mgr.cache.informer(PVCS)
+        self.aim_configs = mgr.cache.informer(AIMNAMESPACECONFIGS)
+        self.priority_classes = mgr.cache.informer(PRIORITYCLASSES)
         self.expectations = PodExpectations()
         self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
         self.cache = cachelib.CacheManager(self)
@@ -156,6 +162,9 @@ class ModelReconciler:
         c.owns(self.configmaps, "kubeai.org", "Model")
         c.owns(self.jobs, "kubeai.org", "Model")
         c.watches(self.pvcs, self._map_pvc)
+        # credentials and pull secrets of the namespace: a change re-renders its Models' Pods
+        c.watches(self.aim_configs, self._map_namespace, predicates=[GenerationChanged()])
+        c.watches(self.priority_classes, self._map_priority_class)
         self.controller = c
         self.source.listeners.append(lambda _cfg: self.enqueue_all())
         self.mgr.add_leader_runnable("model-config-watch", self.source.watch)
@@ -177,6 +186,22 @@ class ModelReconciler:
         meta = obj.get("metadata") or {}
         m = (meta.get("labels") or {}).get(LABEL_MODEL)
         return [Request(meta.get("namespace", ""), m)] if m else []
+
+    def _map_namespace(self, obj: dict) -> list[Request]:
+        ns = (obj.get("metadata") or {}).get("namespace") or ""
+        return [Request(ns, m["metadata"]["name"]) for m in self.models.list(ns)] if ns else []
+
+    def _map_priority_class(self, obj: dict) -> list[Request]:
+        name = (obj.get("metadata") or {}).get("name")
+        return [
+            Request(m["metadata"].get("namespace", ""), m["metadata"]["name"])
+            for m in self.models.list()
+            if name and (m.get("spec") or {}).get("priorityClassName") == name
+        ]
+
+    def namespace_config(self, ns: str) -> dict | None:
+        """The effective AIMNamespaceConfig of ``ns`` (oldest wins), or None."""
+        return resolve(self.aim_configs.list(ns)).effective
 
     def _map_pvc(self, obj: dict) -> list[Request]:
         meta = obj.get("metadata") or {}
@@ -202,8 +227,9 @@ class ModelReconciler:
             return await self.cache.finalize(model, self.model_pods(req.namespace, req.name))
         model = await self._sync_model_object(model)
         config = self.source.current
+        ns_config = self.namespace_config(req.namespace)
         try:
-            desired = build_pod(model, config)
+            desired = build_pod(model, config, ns_config)
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
             await self._write_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
@@ -211,9 +237,10 @@ class ModelReconciler:
         await self._sync_files(model)
         cache_loaded: bool | None = None
         if (model.get("spec") or {}).get("cacheProfile"):
-            cache_loaded = await self.cache.ensure_loaded(model, config)
+            cache_loaded, load_error = await self.cache.ensure_loaded(model, config, ns_config)
             if not cache_loaded:
-                await self._write_status(key, model, desired_status(model, pods=None, config_error=None, cache_loaded=False))
+                status = desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error)
+                await self._write_status(key, model, status)
                 return None
         pods = self.model_pods(req.namespace, req.name)
         if self.expectations.satisfied(key, pods):
@@ -222,7 +249,7 @@ class ModelReconciler:
             except PodRejected as e:
                 status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
                 await self._write_status(key, model, status)
-                return Result(requeue_after=REJECTED_RETRY)
+                return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
         await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded))
         try:
             await self.adapters.sync(model, pods)
@@ -231,6 +258,11 @@ class ModelReconciler:
             log.warning("adapter sync failed", extra={"model": req.name, "error": str(e)[:300]})
             return Result(requeue=True)
         return None
+
+    def _priority_class_missing(self, model: dict) -> bool:
+        """The Model names a PriorityClass the cache does not hold (its creation enqueues the Model)."""
+        name = (model.get("spec") or {}).get("priorityClassName")
+        return bool(name) and self.priority_classes.get(name) is None
 
     def _with_written_status(self, key: str, model: dict) -> dict:
         written = self._written.get(key)

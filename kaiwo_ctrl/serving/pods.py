@@ -9,8 +9,12 @@ rolls the Pods.
 
 Order matters where Kubernetes lets later duplicates win: server env is
 engine vars, then ``spec.env`` sorted by key, then the credentials of the
-URL scheme (so users can override engine vars but not credentials); volumes
-are dshm, files, adapters, cache, then the URL scheme's volume.
+URL scheme; volumes are dshm, files, adapters, cache, the URL scheme's
+volume, then the credentials volume. Credentials follow one precedence rule
+(:mod:`kaiwo_ctrl.aim.credentials`): a credential the Model's ``spec.env``
+sets itself wins (KubeAI appends its Secret reference after it, which
+silently overrides the user's value [quirk]), then the namespace's
+AIMNamespaceConfig, then the system config's ``secretNames``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from kaiwo_ctrl.aim.credentials import Additions, for_model, pull_secrets
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 
 from .config import SystemConfig
@@ -38,7 +43,8 @@ ANNOTATION_PORT = "model-pod-port"
 ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
 ADAPTER_DIR = "/adapters"
 ADAPTER_LOADER_PORT = 8001
-GCP_DIR = "/secrets/gcp-credentials"
+#: Schemes the adapter sidecar may download from (adapters change without a Pod restart).
+ADAPTER_SCHEMES = ("hf", "gs", "oss", "s3")
 
 
 @dataclass(frozen=True)
@@ -51,38 +57,11 @@ def cache_dir(name: str, uid: str) -> str:
     return f"/models/{name}-{uid}"
 
 
-def _secret_env(name: str, secret: str | None, key: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret or "", "key": key, "optional": True}}}
-
-
-def credentials(scheme: str, secrets: dict[str, str]) -> tuple[list[dict], list[dict], list[dict]]:
-    """(env, volumes, mounts) a container needs for a URL scheme. Secrets are optional refs."""
-    if scheme == "hf":
-        return [_secret_env("HF_TOKEN", secrets.get("huggingface"), "token")], [], []
-    if scheme == "s3":
-        aws = secrets.get("aws")
-        return [
-            _secret_env("AWS_ACCESS_KEY_ID", aws, "accessKeyID"),
-            _secret_env("AWS_SECRET_ACCESS_KEY", aws, "secretAccessKey"),
-        ], [], []
-    if scheme == "oss":
-        ali = secrets.get("alibaba")
-        return [
-            _secret_env("OSS_ACCESS_KEY_ID", ali, "accessKeyID"),
-            _secret_env("OSS_ACCESS_KEY_SECRET", ali, "accessKeySecret"),
-        ], [], []
-    if scheme == "gs":
-        volume = {
-            "name": "gcp-credentials",
-            "secret": {
-                "secretName": secrets.get("gcp") or "",
-                "optional": True,
-                "items": [{"key": "jsonKeyfile", "path": "credentials.json"}],
-            },
-        }
-        env = [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCP_DIR}/credentials.json"}]
-        return env, [volume], [{"name": "gcp-credentials", "mountPath": GCP_DIR, "readOnly": True}]
-    return [], [], []
+def model_credentials(model: dict[str, Any], config: SystemConfig, ns_config: Any = None, url: str | None = None) -> Additions:
+    """Credentials for the Model's URL (or an adapter ``url``): the Model's own
+    env wins, then the namespace's AIMNamespaceConfig, then ``secretNames``
+    (the one precedence rule lives in :mod:`kaiwo_ctrl.aim.credentials`)."""
+    return for_model(ns_config, model, url=url, system_secret_names=config.secret_names)
 
 
 def user_env(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,32 +83,27 @@ def pod_labels(name: str, engine: str) -> dict[str, str]:
     }
 
 
-def _adapter_sidecar(spec: dict[str, Any], config: SystemConfig, volumes: list[dict]) -> dict[str, Any]:
+def _adapter_sidecar(model: dict[str, Any], config: SystemConfig, ns_config: Any, pod_spec: dict[str, Any]) -> dict[str, Any]:
     """The ``loader`` sidecar: kaiwo-ctrl serving adapter files over HTTP on
     port 8001 (the controller asks it to download, then tells vLLM to load).
-    It gets the credentials of every scheme; the GCP volume is shared with
-    the server instead of being declared twice, which makes KubeAI's
-    gs:// + adapters Pods invalid [quirk]."""
-    env = user_env(spec)
-    mounts = [{"name": "adapters", "mountPath": ADAPTER_DIR}]
-    for scheme in ("hf", "gs", "oss", "s3"):
-        e, vols, ms = credentials(scheme, config.secret_names)
-        env += e
-        for v in vols:
-            if all(x["name"] != v["name"] for x in volumes):
-                volumes.append(v)
-        mounts += ms
-    return {
+    It gets the credentials of every adapter scheme; a credentials volume is
+    shared with the server instead of being declared twice, which makes
+    KubeAI's gs:// + adapters Pods invalid [quirk]."""
+    spec = model.get("spec") or {}
+    sidecar: dict[str, Any] = {
         "name": "loader",
         "image": config.loader_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["kaiwo-ctrl", "adapter-loader", f"--dir={ADAPTER_DIR}", f"--port={ADAPTER_LOADER_PORT}"],
         "ports": [{"containerPort": ADAPTER_LOADER_PORT, "name": "loader", "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "loader"}, "periodSeconds": 5},
-        "env": env,
+        "env": user_env(spec),
         "envFrom": copy.deepcopy(spec.get("envFrom") or []),
-        "volumeMounts": mounts,
+        "volumeMounts": [{"name": "adapters", "mountPath": ADAPTER_DIR}],
     }
+    for scheme in ADAPTER_SCHEMES:
+        model_credentials(model, config, ns_config, url=f"{scheme}://").apply(sidecar, pod_spec)
+    return sidecar
 
 
 def _url_volume(url: ModelURL, mounts: list[dict], volumes: list[dict]) -> None:
@@ -143,9 +117,10 @@ def _url_volume(url: ModelURL, mounts: list[dict], volumes: list[dict]) -> None:
 
 
 def _storage(
-    name: str, spec: dict[str, Any], url: ModelURL, cdir: str | None, config: SystemConfig
-) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
-    """(volumes, server mounts, sidecars, credential env) in the documented order."""
+    model: dict[str, Any], url: ModelURL, cdir: str | None, config: SystemConfig, ns_config: Any
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """(volumes, server mounts, sidecars) in the documented order."""
+    name, spec = model["metadata"]["name"], model.get("spec") or {}
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     fv, fm = files_volume(name, spec.get("files") or [])
@@ -155,19 +130,19 @@ def _storage(
     if spec.get("adapters") is not None and spec.get("engine") == "VLLM":
         volumes.append({"name": "adapters", "emptyDir": {}})
         mounts.append({"name": "adapters", "mountPath": ADAPTER_DIR, "readOnly": True})
-        sidecars.append(_adapter_sidecar(spec, config, volumes))
+        # the sidecar's credential volumes are appended to ``volumes`` here, in order
+        sidecars.append(_adapter_sidecar(model, config, ns_config, {"volumes": volumes}))
     if cdir:
         claim = f"shared-model-cache-{spec['cacheProfile']}"
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": "models", "mountPath": cdir, "subPath": cdir.lstrip("/"), "readOnly": True})
     _url_volume(url, mounts, volumes)
-    cred_env, cred_vols, cred_mounts = credentials(url.scheme, config.secret_names)
-    volumes += [v for v in cred_vols if all(x["name"] != v["name"] for x in volumes)]
-    mounts += cred_mounts
-    return volumes, mounts, sidecars, cred_env
+    return volumes, mounts, sidecars
 
 
-def _pod_settings(pod_spec: dict[str, Any], spec: dict[str, Any], pod_fields: dict[str, Any], pods_cfg: dict[str, Any]) -> None:
+def _pod_settings(
+    pod_spec: dict[str, Any], spec: dict[str, Any], pod_fields: dict[str, Any], pods_cfg: dict[str, Any], ns_config: Any
+) -> None:
     pod_spec.update(copy.deepcopy(pod_fields))
     if spec.get("priorityClassName"):
         pod_spec["priorityClassName"] = spec["priorityClassName"]
@@ -175,8 +150,10 @@ def _pod_settings(pod_spec: dict[str, Any], spec: dict[str, Any], pod_fields: di
         pod_spec["serviceAccountName"] = pods_cfg["serviceAccountName"]
     if pods_cfg.get("podSecurityContext"):
         pod_spec["securityContext"] = copy.deepcopy(pods_cfg["podSecurityContext"])
-    if pods_cfg.get("imagePullSecrets"):
-        pod_spec["imagePullSecrets"] = copy.deepcopy(pods_cfg["imagePullSecrets"])
+    # the system config's pull secrets, then the namespace config's, de-duplicated
+    secrets = pull_secrets(ns_config, pods_cfg.get("imagePullSecrets"))
+    if secrets:
+        pod_spec["imagePullSecrets"] = secrets
 
 
 def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -> DesiredPod:
@@ -196,8 +173,11 @@ def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -
     return DesiredPod(pod, h)
 
 
-def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
-    """The server Pod for ``model`` (a Model dict as read from the API)."""
+def build_pod(model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> DesiredPod:
+    """The server Pod for ``model`` (a Model dict as read from the API).
+    ``ns_config``: the effective AIMNamespaceConfig of its namespace, if any;
+    its credentials and pull secrets are part of the spec, so of the hash, and
+    a change to them rolls the Pods."""
     meta, spec = model["metadata"], model.get("spec") or {}
     name, ns, uid = meta["name"], meta.get("namespace", "default"), meta.get("uid", "")
     engine = spec.get("engine", "")
@@ -214,12 +194,12 @@ def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
     parts = ENGINES[engine](
         EngineInput(name, url, list(spec.get("args") or []), list(spec.get("features") or []), cdir, spec.get("adapters") is not None)
     )
-    volumes, mounts, sidecars, cred_env = _storage(name, spec, url, cdir, config)
+    volumes, mounts, sidecars = _storage(model, url, cdir, config, ns_config)
     server: dict[str, Any] = {"name": "server", "image": image}
     if parts.command:
         server["command"] = parts.command
     server["args"] = parts.args
-    server["env"] = parts.env + user_env(spec) + cred_env
+    server["env"] = parts.env + user_env(spec)
     if spec.get("envFrom"):
         server["envFrom"] = copy.deepcopy(spec["envFrom"])
     server["ports"] = [{"containerPort": PORT, "name": "http", "protocol": "TCP"}]
@@ -231,7 +211,8 @@ def build_pod(model: dict[str, Any], config: SystemConfig) -> DesiredPod:
     if parts.security_context and pods_cfg.get("securityContext"):
         server["securityContext"] = copy.deepcopy(pods_cfg["securityContext"])
     pod_spec: dict[str, Any] = {"containers": [server, *sidecars], "volumes": volumes}
-    _pod_settings(pod_spec, spec, profile.pod_fields, pods_cfg)
+    model_credentials(model, config, ns_config).apply(server, pod_spec)
+    _pod_settings(pod_spec, spec, profile.pod_fields, pods_cfg, ns_config)
     annotations = {ANNOTATION_PORT: str(PORT)}
     if sidecars:
         annotations["adapter-loader-port"] = str(ADAPTER_LOADER_PORT)

@@ -1,7 +1,9 @@
 """``kaiwo-ctrl render model.yaml --model-config F``: the objects the Model
 controller would create, without a cluster: server Pods (as many as the
 replicas the controller would keep, at least one), the files ConfigMap, and
-with a cache profile the shared PVC and the loader Job."""
+with a cache profile the shared PVC and the loader Job. An AIMNamespaceConfig
+in the same input supplies credentials and pull secrets to the Models of its
+namespace."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pydantic import ValidationError
 from api.kubeai.v1 import Model
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.ownership import set_controller_reference
+
+from kaiwo_ctrl.aim.effective import effective_by_namespace
 
 from .cache import desired_pvc, loader_job
 from .config import SystemConfig
@@ -43,7 +47,21 @@ def _normalise(doc: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _namespace_configs(docs: list[Any]) -> dict[str, dict[str, Any]]:
+    """Namespace -> effective AIMNamespaceConfig among the documents (namespace defaults to ``default``)."""
+    configs = []
+    for doc in docs:
+        if isinstance(doc, Mapping) and doc.get("kind") == "AIMNamespaceConfig":
+            meta = {"namespace": "default", **(doc.get("metadata") or {})}
+            configs.append({**doc, "metadata": meta})
+    return {ns: dict(c) for ns, c in effective_by_namespace(configs).items()}
+
+
 def render(docs: Iterable[Mapping[str, Any]], config: SystemConfig, note: TextIO = sys.stderr) -> list[dict[str, Any]]:
+    """The objects for every Model among ``docs``; an AIMNamespaceConfig among
+    them applies to the Models of its namespace as it would in the cluster."""
+    docs = list(docs)
+    ns_configs = _namespace_configs(docs)
     out: list[dict[str, Any]] = []
     for doc in docs:
         if not isinstance(doc, Mapping) or doc.get("kind") != "Model":
@@ -51,7 +69,7 @@ def render(docs: Iterable[Mapping[str, Any]], config: SystemConfig, note: TextIO
         model = _normalise(doc)
         meta, spec = model["metadata"], model.get("spec") or {}
         try:
-            desired = build_pod(model, config)
+            desired = build_pod(model, config, ns_configs.get(meta["namespace"]))
         except FieldError as e:
             raise RenderError(f"Model/{meta['name']}: {e}") from None
         cm = desired_configmap(model)
@@ -60,7 +78,7 @@ def render(docs: Iterable[Mapping[str, Any]], config: SystemConfig, note: TextIO
             out.append(cm)
         if spec.get("cacheProfile"):
             out.append(desired_pvc(meta["namespace"], spec["cacheProfile"], config.cache_profiles[spec["cacheProfile"]]))
-            out.append(loader_job(model, config))
+            out.append(loader_job(model, config, ns_configs.get(meta["namespace"])))
         bounded = bounded_replicas(spec)
         replicas = bounded if bounded is not None else (spec.get("replicas") or 0)
         if replicas == 0:

@@ -5,7 +5,8 @@ explain what the controller is doing:
 
 * ``ConfigValid``: False names the field that stops Pods being built (an
   unknown resource profile, a missing cache profile, a failing JSON patch).
-* ``CacheLoaded``: only with a cache profile; True once the loader finished.
+* ``CacheLoaded``: only with a cache profile; True once the loader finished,
+  False/``LoaderFailed`` naming the Job when the loader Job failed.
 * ``Ready``: True when at least ``spec.replicas`` Pods are Ready.
 
 ``replicas.all`` counts live Pods (not failed, not being deleted), unlike
@@ -40,6 +41,7 @@ def desired_status(
     config_error: str | None,
     cache_loaded: bool | None,
     pod_error: str | None = None,
+    cache_error: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The status to write. ``pods=None`` keeps the current counts (not refreshed
@@ -57,18 +59,20 @@ def desired_status(
         set_condition(conds, CONFIG_VALID, "True", "Valid", "", gen, now)
     if cache_loaded is not None:
         status["cache"] = {"loaded": cache_loaded}
-        set_condition(
-            conds, CACHE_LOADED, "True" if cache_loaded else "False",
-            "Loaded" if cache_loaded else "Loading",
-            "" if cache_loaded else "the loader Job is downloading the model into the cache",
-            gen, now,
-        )
+        if cache_loaded:
+            set_condition(conds, CACHE_LOADED, "True", "Loaded", "", gen, now)
+        elif cache_error:
+            set_condition(conds, CACHE_LOADED, "False", "LoaderFailed", cache_error[:MESSAGE_MAX], gen, now)
+        else:
+            set_condition(conds, CACHE_LOADED, "False", "Loading", "the loader Job is downloading the model into the cache", gen, now)
     want = (model.get("spec") or {}).get("replicas") or 0
     ready = (status.get("replicas") or {}).get("ready") or 0
     if config_error:
         set_condition(conds, READY, "False", "ConfigInvalid", "no Pods can be built; see ConfigValid", gen, now)
     elif pod_error:
         set_condition(conds, READY, "False", "PodRejected", pod_error[:MESSAGE_MAX], gen, now)
+    elif cache_loaded is False and cache_error:
+        set_condition(conds, READY, "False", "CacheLoadFailed", "the model cache could not be loaded; see CacheLoaded", gen, now)
     elif cache_loaded is False:
         set_condition(conds, READY, "False", "CacheLoading", "waiting for the model cache", gen, now)
     elif ready >= want:

@@ -1,4 +1,4 @@
-"""``kaiwo-ctrl download model <url> <dir>`` (a Model's cache loader) against a local S3 server."""
+"""``kaiwo-ctrl download model <url> <dir>`` (a Model's cache loader) against local S3 and Azurite servers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_model(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_"))}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_", "AZURE_"))}
     full.update(env or {})
     full["PYTHONPATH"] = str(REPO_ROOT)
     return subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "download", "model", *args],
@@ -56,3 +56,29 @@ def test_keys_outside_the_root_are_refused(tmp_path, key):
     with pytest.raises(UnsafePath):
         safe_target(tmp_path, key)
     assert safe_target(tmp_path, "/a/b.bin") == (tmp_path / "a/b.bin").resolve()
+
+
+def test_az_prefix_into_directory(azurite, tmp_path):
+    from azure.storage.blob import BlobServiceClient
+
+    from dl_servers import AZURITE_KEY
+
+    svc = BlobServiceClient.from_connection_string(azurite.connection_string())
+    svc.create_container("models")
+    for name, body in {"llm/x/config.json": b"{}", "llm/x/w/part-1.safetensors": b"a" * 2048, "llm/y/skip": b"no"}.items():
+        svc.get_blob_client("models", name).upload_blob(body)
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string()}
+    target = tmp_path / "m-uid"
+    r = run_model(["az://models/llm/x", str(target)], env)
+    assert r.returncode == 0, r.stderr
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert files == ["config.json", "w/part-1.safetensors"]
+    assert (target / "w/part-1.safetensors").read_bytes() == b"a" * 2048
+    assert AZURITE_KEY not in r.stderr
+    r = run_model(["az://models/llm/x", str(target)], env)  # already there: nothing fetched
+    assert r.returncode == 0 and "fetched" not in r.stderr
+    # no connection string: a bad-arguments exit naming the variable; a wrong key: a failed download
+    r = run_model(["az://models/llm/x", str(tmp_path / "t")])
+    assert r.returncode == 2 and "AZURE_STORAGE_CONNECTION_STRING" in r.stderr
+    r = run_model(["az://models/llm/x", str(tmp_path / "t")], {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string("d3Jvbmc=")})
+    assert r.returncode == 1 and "failed" in r.stderr

@@ -103,3 +103,40 @@ async def test_missing_cache_profile_is_a_condition(serving_op, admin, namespace
                              what="ConfigValid")
     assert condition(model, "ConfigValid")[0] == "False" and "spec.cacheProfile" in condition(model, "ConfigValid")[2]
     assert list_pods(admin, namespace, "nocache") == []
+
+
+def fail_job(admin, ns: str, name: str) -> None:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    failed = {"reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit",
+              "lastTransitionTime": now, "lastProbeTime": now}
+    status = {"startTime": now, "failed": 1, "conditions": [{"type": "FailureTarget", "status": "True", **failed},
+                                                            {"type": "Failed", "status": "True", **failed}]}
+    r = admin.patch(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}/status", json={"status": status}, headers=MERGE)
+    assert r.status_code == 200, r.text
+
+
+async def test_failed_loader_job_is_a_condition_naming_it(serving_op, admin, namespace):
+    create_model(admin, namespace, "broken", url="hf://org/missing", cacheProfile="fast")
+    jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    first = await eventually(lambda: get_or_none(admin, f"{jobs}/load-cache-broken"), what="loader Job")
+    fail_job(admin, namespace, "load-cache-broken")
+    model = await eventually(lambda: (c := condition(x := get_model(admin, namespace, "broken"), "CacheLoaded"))
+                             and c[1] == "LoaderFailed" and x, what="CacheLoaded=False/LoaderFailed")
+    status, _, message = condition(model, "CacheLoaded")
+    assert status == "False" and "load-cache-broken" in message and "BackoffLimitExceeded" in message
+    assert condition(model, "Ready")[:2] == ("False", "CacheLoadFailed") and model["status"]["cache"] == {"loaded": False}
+    assert list_pods(admin, namespace, "broken") == []
+    events = await eventually(lambda: admin.get(f"/api/v1/namespaces/{namespace}/events", params={
+        "fieldSelector": "involvedObject.name=broken,reason=CacheLoadFailed"}).json()["items"], what="CacheLoadFailed event")
+    assert events[0]["type"] == "Warning" and "load-cache-broken" in events[0]["message"]
+
+    # fixing the Model (the URL is immutable with a cache profile; its env is not) replaces
+    # the failed loader with one built from the new spec
+    r = admin.patch(models_url(namespace, "broken"), json={"spec": {"env": {"HF_ENDPOINT": "https://mirror.test"}}},
+                    headers=MERGE)
+    assert r.status_code == 200, r.text
+    second = await eventually(lambda: (j := get_or_none(admin, f"{jobs}/load-cache-broken"))
+                              and j["metadata"]["uid"] != first["metadata"]["uid"] and j, what="a new loader Job")
+    assert {"name": "HF_ENDPOINT", "value": "https://mirror.test"} in second["spec"]["template"]["spec"]["containers"][0]["env"]
+    await eventually(lambda: (condition(get_model(admin, namespace, "broken"), "CacheLoaded") or ("",))[1:2] == ("Loading",),
+                     what="CacheLoaded back to Loading")

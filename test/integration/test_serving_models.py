@@ -172,9 +172,10 @@ async def test_priority_class_and_env_from_order(serving_op, admin, namespace):
         assert pod["spec"]["priorityClassName"] == pc and pod["spec"]["priority"] == 1000
         c = server(pod)
         assert c["envFrom"] == env_from
-        # the credential var comes last, so it wins over the user's HF_TOKEN
-        assert env_names(c) == ["B", "HF_TOKEN", "HF_TOKEN"]
-        assert c["env"][-1]["valueFrom"]["secretKeyRef"]["name"] == "hf-secret"
+        # a credential the Model sets itself wins: no Secret reference is added after it
+        # (KubeAI appends one, which silently overrides the user's value)
+        assert env_names(c) == ["B", "HF_TOKEN"]
+        assert c["env"][-1] == {"name": "HF_TOKEN", "value": "mine"}
     finally:
         admin.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{pc}")
 
@@ -185,6 +186,22 @@ async def test_rejected_pod_is_reported(serving_op, admin, namespace):
                              and c[1] == "PodRejected" and x, what="PodRejected condition")
     assert "does-not-exist" in condition(model, "Ready")[2]
     assert list_pods(admin, namespace, "nopc") == []
+
+
+async def test_pod_created_when_its_priority_class_appears(serving_op, admin, namespace):
+    pc = f"late-{namespace}"
+    create_model(admin, namespace, "late", priorityClassName=pc)
+    await eventually(lambda: (c := condition(get_model(admin, namespace, "late"), "Ready")) and c[1] == "PodRejected",
+                     what="PodRejected condition")
+    r = admin.post("/apis/scheduling.k8s.io/v1/priorityclasses", json={"metadata": {"name": pc}, "value": 10})
+    assert r.status_code == 201, r.text
+    try:
+        # the PriorityClass watch enqueues the Model at once; a rejected Pod is otherwise
+        # retried only after 30 s, so 20 s tells the two apart with a wide margin
+        [pod] = await wait_pods(admin, namespace, "late", 1, timeout=20)
+        assert pod["spec"]["priorityClassName"] == pc
+    finally:
+        admin.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{pc}")
 
 
 async def test_files_configmap_and_updates(serving_op, admin, namespace):

@@ -218,9 +218,10 @@ def decorate_pod_template(
     if spec_.get("imagePullSecrets"):
         pod["imagePullSecrets"] = list(pod.get("imagePullSecrets") or [])
         _append_unique(pod["imagePullSecrets"], [dict(s) for s in spec_["imagePullSecrets"]])
-    # The namespace's AIMNamespaceConfig adds its pull secrets after the object's own.
-    if pulls := pull_secrets(world.aim_config(obj.namespace), pod.get("imagePullSecrets")):
-        pod["imagePullSecrets"] = pulls
+    # The namespace's AIMNamespaceConfig adds its pull secrets after the object's own. The
+    # list is always set, empty included, so a secret removed from the config (or a deleted
+    # config) is removed from an updatable template too instead of being kept by the merge.
+    pod["imagePullSecrets"] = pull_secrets(world.aim_config(obj.namespace), pod.get("imagePullSecrets"))
     volumes: list[dict] = list(pod.get("volumes") or [])
     new_volumes: list[dict] = []
     if storage.data_requested:

@@ -146,6 +146,9 @@ async def test_pull_secrets_on_jobs_and_deployments_and_live_changes(operator, a
     create_kaiwo(admin, "KaiwoJob", namespace, "after", image="busybox", entrypoint="sleep 1")
     after = await wait_object(admin, job_url(namespace, "after"), what="Job after the config was deleted")
     assert "imagePullSecrets" not in pod_spec(after)
+    # the Deployment's template can change: the config's pull secrets leave it
+    await eventually(lambda: not {"regcred", "new"} & {s["name"] for s in pod_spec(get(admin, dep_url(namespace, "svc"))).get("imagePullSecrets") or []},
+                     what="the Deployment loses the deleted config's pull secrets")
     # The running Job keeps the pull secret it was created with, which no longer applies: it still
     # differs from what its spec now gives, so SpecChangeNotApplied stays, naming the field.
     await eventually(lambda: (c := conditions(status_of(admin, "KaiwoJob", namespace, "job")).get("SpecChangeNotApplied"))

@@ -59,10 +59,11 @@ def test_object_credentials_win():
     assert [e for e in pod["containers"][0]["env"] if e["name"] == "HF_TOKEN"] == [{"name": "HF_TOKEN", "value": "t"}]
 
 
-def test_pull_secrets_appended_deduplicated_and_absent_without_config():
+def test_pull_secrets_appended_deduplicated_and_empty_without_config():
     (job,) = desired_children(kjob(imagePullSecrets=[{"name": "regcred"}, {"name": "mine"}]), world(AIM))
     assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mine"}]
     (job,) = desired_children(kjob(), world(AIM))
     assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    # always set, so a secret removed from the config is removed from an updatable template too
     (job,) = desired_children(kjob(), world())
-    assert "imagePullSecrets" not in job["spec"]["template"]["spec"]
+    assert job["spec"]["template"]["spec"]["imagePullSecrets"] == []

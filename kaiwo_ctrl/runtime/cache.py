@@ -6,12 +6,19 @@ requested before :meth:`Cache.start`; asking for an unknown one afterwards
 starts it too (and the caller should wait for its sync). There is no lazy
 "list everything on first get": reads that are not cached go to the client.
 
-Transforms are declared per resource, once (as controller-runtime's
-``cache.Options.ByObject``): :meth:`Cache.declare_transform`, or the
-``transform`` argument of :meth:`Cache.informer`, which declares it. Every
-informer of that resource uses the declared transform whichever controller
-asked first; declaring a different one for the same resource is an error, and
-so is declaring one after the informer started. Undeclared resources get
+Each informer has exactly one transform, declared once, so what a cache keeps
+never depends on which controller asked first (compare controller-runtime's
+``cache.Options.ByObject``):
+
+* :meth:`Cache.declare_transform` sets the default of a resource, used by its
+  informers that do not declare their own;
+* the ``transform`` argument of :meth:`Cache.informer` declares the transform
+  of that one informer (resource + namespace + selectors), e.g. the Pods of one
+  label selector kept with what their readers need.
+
+Declaring a different transform where one is already declared is an error, and
+so is declaring one after the informer it applies to started. Without any
+declaration an informer gets
 :func:`~kaiwo_ctrl.runtime.informer.strip_managed_fields`.
 """
 
@@ -34,22 +41,28 @@ class Cache:
         self.metrics = metrics
         self.resync_period = resync_period
         self._informers: dict[_Key, Informer] = {}
-        self._transforms: dict[Resource, Transform] = {}
+        #: resource -> its default transform; informer key -> that informer's own
+        self._transforms: dict[Resource | _Key, Transform] = {}
         self._started = False
 
     def declare_transform(self, resource: Resource, transform: Transform) -> None:
-        """The one transform of ``resource``'s cached objects."""
-        declared = self._transforms.get(resource)
+        """The default transform of ``resource``'s informers (those without their own)."""
+        self._declare(resource, transform, [k for k in self._informers if k[0] == resource and k not in self._transforms])
+
+    def _declare(self, target: Resource | _Key, transform: Transform, applies_to: list[_Key]) -> None:
+        declared = self._transforms.get(target)
         if declared is transform:
             return
         if declared is not None:
-            raise ValueError(f"{resource}: a different transform is already declared")
-        if self._started and any(key[0] == resource for key in self._informers):
-            raise ValueError(f"{resource}: transform declared after its informer started")
-        self._transforms[resource] = transform
-        for key, inf in self._informers.items():
-            if key[0] == resource:
-                inf.transform = transform
+            raise ValueError(f"{target}: a different transform is already declared")
+        if self._started and applies_to:
+            raise ValueError(f"{target}: transform declared after its informer started")
+        self._transforms[target] = transform
+        for key in applies_to:
+            self._informers[key].transform = transform
+
+    def _transform_of(self, key: _Key) -> Transform:
+        return self._transforms.get(key) or self._transforms.get(key[0]) or strip_managed_fields
 
     def informer(
         self,
@@ -61,9 +74,9 @@ class Cache:
         transform: Transform | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
     ) -> Informer:
-        if transform is not None:
-            self.declare_transform(resource, transform)
         key = (resource, namespace, label_selector, field_selector)
+        if transform is not None:
+            self._declare(key, transform, [key] if key in self._informers else [])
         inf = self._informers.get(key)
         if inf is None:
             inf = Informer(
@@ -72,7 +85,7 @@ class Cache:
                 namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
-                transform=self._transforms.get(resource, strip_managed_fields),
+                transform=self._transform_of(key),
                 resync_period=self.resync_period,
                 metrics=self.metrics,
             )

@@ -107,6 +107,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/controller.py: AppWrappers around Ray services",
     ),
     Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass)"),
+    Rule(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("get",),
+        "runtime/defaulting.py installed_schema: queues/controller.py compares the queue config with the installed CRD's defaults applied",
+    ),
     # --- our own kinds ------------------------------------------------------
     Rule(
         CONFIG,

@@ -199,6 +199,19 @@ class Client:
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
 
+    def with_own_pool(self, max_connections: int) -> "Client":
+        """A client on the same server with its own pool of ``max_connections``
+        connections; it shares this one's request counts and hooks."""
+        other = Client(
+            self.config,
+            field_manager=self.field_manager,
+            user_agent=self.user_agent,
+            max_connections=max_connections,
+            request_timeout=self.request_timeout,
+        )
+        other.hooks, other.counts = self.hooks, self.counts
+        return other
+
     @classmethod
     async def from_kubeconfig(cls, kubeconfig: str | None = None, **kw: Any) -> "Client":
         return cls(await RestConfig.load(kubeconfig), **kw)
@@ -456,21 +469,39 @@ class Client:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
                     raise ApiError(resp.status, _loads(await resp.read()), "WATCH", path)
-                buf = b""
-                async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while True:
-                        i = buf.find(b"\n")
-                        if i < 0:
-                            break
-                        line, buf = buf[:i], buf[i + 1 :]
-                        if line.strip():
-                            yield orjson.loads(line)
+                async for line in split_lines(resp.content.iter_any()):
+                    yield orjson.loads(line)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")
+
+
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Non-blank lines of a byte stream, in time linear in its length.
+
+    Each byte is scanned for the newline once (a long line arriving in many
+    chunks is not rescanned from its start) and copied out once; consumed
+    lines are cut off the buffer once per chunk, not once per line.
+    """
+    buf = bytearray()
+    for_scan = 0
+    async for chunk in chunks:
+        buf += chunk
+        start = 0
+        while True:
+            i = buf.find(b"\n", for_scan)
+            if i < 0:
+                break
+            line = bytes(buf[start:i])
+            start = for_scan = i + 1
+            if line.strip():
+                yield line
+        if start:
+            del buf[:start]
+        for_scan = len(buf)
+    # an unterminated tail is a cut-off event: the caller resumes the watch
 
 
 def resource_of(path: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key
+from kaiwo_ctrl.runtime.supervise import supervise
 
 log = logging.getLogger("kaiwo_ctrl.runtime.informer")
 
@@ -200,7 +201,7 @@ class Informer:
             self._task = None
 
     async def run(self) -> None:
-        resync = asyncio.create_task(self._resync_loop()) if self.resync_period else None
+        resync = supervise(f"informer-resync:{self.resource}", self._resync_loop) if self.resync_period else None
         need_list, list_rv = True, ""
         try:
             while True:

@@ -27,6 +27,7 @@ from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.events import EventRecorder
 from kaiwo_ctrl.runtime.leaderelection import LeaderElector
 from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.supervise import crash_looping
 
 log = logging.getLogger("kaiwo_ctrl.runtime.manager")
 
@@ -47,6 +48,11 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
     release_on_cancel: bool = True
     identity: str | None = None
+
+
+def _check_crash_loops() -> str | None:
+    looping = crash_looping()
+    return f"crash-looping: {', '.join(looping)}" if looping else None
 
 
 def _parse_addr(addr: str | None) -> tuple[str, int] | None:
@@ -73,7 +79,7 @@ class Manager:
         self.recorder = EventRecorder(self.client, self.component)
         self.controllers: list[Controller] = []
         self._leader_runnables: list[tuple[str, Runnable]] = []
-        self._health: dict[str, Check] = {"ping": lambda: None}
+        self._health: dict[str, Check] = {"ping": lambda: None, "background-tasks": _check_crash_loops}
         self._ready: dict[str, Check] = {"ping": lambda: None, "informers-synced": self._check_synced, "watches": self._check_stalls}
         self.elector: LeaderElector | None = None
         self.is_leader = asyncio.Event()
@@ -230,6 +236,7 @@ class Manager:
                     stopper.cancel()
                     return
                 stopper.cancel()
+                acquire.result()  # LeaseNamespaceMissing ends the run here
             await self._start_leader_work()
             stopper = asyncio.create_task(stop.wait(), name="stop")
             holder = asyncio.create_task(self.elector.hold(), name="hold-lease") if self.elector is not None else None

@@ -70,7 +70,7 @@ from kaiwo_ctrl.kinds import (
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
-from kaiwo_ctrl.queues.localqueue import resolve_local_queue
+from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
 from kaiwo_ctrl.runtime.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
@@ -719,11 +719,8 @@ class WorkloadReconciler:
             self.recorder.warning(raw, "LocalQueueError", decision.message)
             raise LocalQueueError(decision.message)
         if decision.action == "create" and decision.local_queue is not None:
-            try:
-                created = await self.client.create(LOCALQUEUES, decision.local_queue)
-            except ApiError as e:
-                if not e.already_exists:
-                    raise
+            created = await create_local_queue(self.client, decision.local_queue)  # one POST per queue
+            if created is None:
                 return
             self.shared.recent.put(("LocalQueue", ns, q), None, created)
             self.recorder.normal(raw, "ResourceCreated", _created_message(LOCALQUEUES, q))

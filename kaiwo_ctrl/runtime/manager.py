@@ -89,6 +89,8 @@ class Manager:
         self.bound: dict[str, int] = {}
         self._tasks: list[asyncio.Task] = []
         self._hook_rest_metrics()
+        if self.leader_election:  # 0 from the first scrape on every replica, 1 on the leader
+            self.metrics.leader_election_master_status.labels(name=self.leader_election.name).set(0)
 
     # --------------------------------------------------------------- wiring
     def add_controller(self, c: Controller) -> Controller:

@@ -41,6 +41,14 @@ class LeadershipLost(RuntimeError):
 
 @dataclass
 class LeaderElectionConfig:
+    """The Lease ``namespace/name`` and its timings (seconds): a leader that has not
+    renewed for ``renew_deadline`` (10) steps down; a standby takes an unrenewed
+    lease after ``lease_duration`` (15); attempts every ``retry_period`` (2).
+    ``release_on_cancel`` (True) gives the lease up on a graceful stop so a standby
+    takes over at once; ``identity`` defaults to ``<hostname>_<uuid>``. The
+    namespace must exist: a missing one ends :meth:`Manager.run` with
+    ``LeaseNamespaceMissing`` instead of retrying forever."""
+
     name: str
     namespace: str
     lease_duration: float = 15.0
@@ -64,6 +72,24 @@ def _parse_addr(addr: str | None) -> tuple[str, int] | None:
 
 @dataclass
 class Manager:
+    """Owns the client, the shared cache, the controllers and the probes. Options:
+
+    * ``metrics`` (a fresh ``Metrics`` with process metrics): the registry behind
+      ``/metrics``.
+    * ``metrics_addr`` (":8080") and ``health_addr`` (":8081"): ``host:port`` to
+      serve ``/metrics`` and ``/healthz``+``/readyz`` on; ``"0"`` or None turns one
+      off; the same address serves both.
+    * ``leader_election`` (None: every replica runs the controllers): see
+      :class:`LeaderElectionConfig`.
+    * ``shutdown_timeout`` (30 s): the budget for a graceful stop (drain the
+      queues, release the lease).
+    * ``cache_sync_timeout`` (120 s): how long start-up waits for the informers'
+      first list before failing.
+    * ``stall_threshold`` (600 s): a synced informer whose watch has been silent
+      for longer makes ``/readyz`` fail (bookmarks arrive about once a minute).
+    * ``component`` ("kaiwo-ctrl"): the Event source name.
+    """
+
     client: Client
     metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=True))
     metrics_addr: str | None = ":8080"

@@ -334,13 +334,38 @@ class Client:
     async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[list[dict], str]:
         """A consistent paged list: all items and the list's resourceVersion."""
         items: list[dict] = []
+        rv = ""
+        async for chunk, rv in self.list_pages(res, namespace, page, **kw):
+            items.extend(chunk)
+        return items, rv
+
+    async def list_pages(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        page: int = 500,
+        *,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        **kw: Any,
+    ) -> AsyncIterator[tuple[list[dict], str]]:
+        """A consistent paged list, one ``(items, resourceVersion)`` per page, so a
+        caller can trim each page before the next arrives. The resourceVersion
+        (and its match rule) go with the first page only: later pages follow
+        the ``continue`` token, which pins the snapshot."""
         cont: str | None = None
         while True:
-            out = await self.list(res, namespace, limit=page, continue_=cont, **kw)
-            items.extend(out.get("items") or [])
-            cont = out.get("metadata", {}).get("continue")
+            if cont:
+                out = await self.list(res, namespace, limit=page, continue_=cont, **kw)
+            else:
+                out = await self.list(
+                    res, namespace, limit=page, resource_version=resource_version, resource_version_match=resource_version_match, **kw
+                )
+            meta = out.get("metadata") or {}
+            cont = meta.get("continue")
+            yield out.get("items") or [], meta.get("resourceVersion", "")
             if not cont:
-                return items, out.get("metadata", {}).get("resourceVersion", "")
+                return
 
     async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
         ns = namespace or obj.get("metadata", {}).get("namespace")
@@ -443,18 +468,27 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         inactivity_timeout: float = 90.0,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[dict]:
         """Stream watch events as dicts ``{"type": ..., "object": {...}}``.
 
         Lines are split on raw bytes (objects can be megabytes), and a stream
         that delivers nothing for ``inactivity_timeout`` seconds is treated
         as dead: with bookmarks on, the server talks at least once a minute.
+
+        ``send_initial_events`` asks for a streaming list ("watch-list"): the
+        server first sends every object matching ``resource_version`` (``""``:
+        a consistent read) as ADDED, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end: "true"``, and then goes on as a watch.
+        It requires bookmarks and the ``NotOlderThan`` match, which are set.
         """
         params = {
             "watch": "true",
             "resourceVersion": resource_version,
             "timeoutSeconds": timeout_seconds,
-            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+            "allowWatchBookmarks": "true" if allow_bookmarks or send_initial_events else None,
+            "sendInitialEvents": "true" if send_initial_events else None,
+            "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
         }

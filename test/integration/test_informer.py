@@ -52,6 +52,15 @@ class Reasons:
         self.restarts[reason] += 1
 
 
+def started(client: Client, namespace: str) -> tuple[Informer, Recorder]:
+    """A started ConfigMap informer on ``namespace`` with a recording handler."""
+    inf = Informer(client, CONFIGMAPS, namespace=namespace)
+    rec = Recorder()
+    inf.add_handler(rec)
+    inf.start()
+    return inf, rec
+
+
 def cm(name: str, **data: str) -> dict:
     return {"metadata": {"name": name}, "data": data}
 
@@ -67,10 +76,7 @@ def cache_state(inf: Informer) -> dict[str, str]:
 
 async def test_sees_create_update_delete(client, admin, namespace):
     admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("before", a="1"))
-    inf = Informer(client, CONFIGMAPS, namespace=namespace)
-    rec = Recorder()
-    inf.add_handler(rec)
-    inf.start()
+    inf, rec = started(client, namespace)
     try:
         assert await inf.wait_synced(30)
         assert rec.events == [("add", "before", True)]
@@ -181,10 +187,7 @@ async def test_streaming_list_then_the_same_stream_watches(client, admin, namesp
     for n in ("a", "b", "c"):
         admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
     before = client.counts.copy()
-    inf = Informer(client, CONFIGMAPS, namespace=namespace)
-    rec = Recorder()
-    inf.add_handler(rec)
-    inf.start()
+    inf, rec = started(client, namespace)
     try:
         assert await inf.wait_synced(30)
         assert sorted(rec.events) == [("add", n, True) for n in ("a", "b", "c")]

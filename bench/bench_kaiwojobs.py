@@ -143,6 +143,13 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int, events: b
         await asyncio.sleep(0.01)
     elapsed = time.perf_counter() - t0
     cpu = cpu_delta(cpu0)
+    events_at_converge = mgr.recorder.written
+    # Events written during the burst, and how long the rest took to drain
+    while mgr.recorder.backlog and time.perf_counter() - t0 < elapsed + 120:
+        await asyncio.sleep(0.05)
+    drained = time.perf_counter() - t0 - elapsed
+    print(f"  events   : {events_at_converge} written during the burst ({events_at_converge / elapsed:.0f} Events/s), "
+          f"{mgr.recorder.written - events_at_converge} more in the {drained:.1f} s after convergence")
     # let the reconciles triggered by our own writes finish, then count
     await asyncio.sleep(2.0)
     counts = Counter({k: v for k, v in client.counts.items()})

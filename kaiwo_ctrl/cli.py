@@ -235,6 +235,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 
     from kaiwo_ctrl.operator import build_operator
     from kaiwo_ctrl.runtime.client import Client
+    from kaiwo_ctrl.runtime.leaderelection import LeaseNamespaceMissing
     from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, LeadershipLost, Manager
     from kaiwo_ctrl.runtime.tracing import setup_tracing
 
@@ -302,6 +303,13 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1
+    except LeaseNamespaceMissing as e:
+        # fail fast: creating namespaces would need a cluster-wide grant the operator should not have
+        msg = (f"{e}: create it (kubectl create namespace {e.namespace}) or choose an existing one with "
+               "--leader-election-namespace (env POD_NAMESPACE)")
+        log.error(msg)
+        print(f"kaiwo-ctrl: {msg}", file=sys.stderr)
+        return 2
     finally:
         if webhooks is not None:
             await webhooks.stop()

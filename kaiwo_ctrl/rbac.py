@@ -123,6 +123,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/controller.py: AppWrappers around Ray services",
     ),
     Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
+    Rule(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("get",),
+        "runtime/defaulting.py installed_schema: queues/controller.py compares the queue config with the installed CRD's defaults applied",
+    ),
     # --- our own kinds ------------------------------------------------------
     Rule(
         CONFIG,

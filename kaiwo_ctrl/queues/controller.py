@@ -39,6 +39,7 @@ from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.defaulting import installed_schema
 from kaiwo_ctrl.runtime.expectations import newer_or_same, wait_observed
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer
@@ -256,6 +257,7 @@ class QueueConfigReconciler:
         self.stats = WriteStats()
         self.startup_done = asyncio.Event()
         self._lock: asyncio.Lock | None = None
+        self._spec_schema: Mapping[str, Any] | None = None  # the installed CRD's, read once
 
     @property
     def lock(self) -> asyncio.Lock:
@@ -302,7 +304,10 @@ class QueueConfigReconciler:
 
         Returns the (possibly new) queue config and whether it was created."""
         cfg = config.to_k8s() if hasattr(config, "to_k8s") else config
-        result = ensure_default_queue_config(queue_config, self.nodes.list(), cfg)
+        if self._spec_schema is None:  # compare with the installed CRD's defaults applied
+            schema = await installed_schema(self.client, KAIWOQUEUECONFIGS)
+            self._spec_schema = ((schema or {}).get("properties") or {}).get("spec") or {}
+        result = ensure_default_queue_config(queue_config, self.nodes.list(), cfg, spec_schema=self._spec_schema)
         if result.node_patches:
             await self.patch_nodes(result.node_patches, result.pools, cfg)
         if result.create is not None:

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kaiwo_ctrl.runtime.defaulting import apply_defaults
+
 from .constants import (
     DEFAULT_CLUSTER_QUEUE_NAME,
     DEFAULT_COHORT_NAME,
@@ -205,6 +207,8 @@ def ensure_default_queue_config(
     existing: Any,
     nodes: Iterable[Mapping[str, Any]],
     config: Any = None,
+    *,
+    spec_schema: Mapping[str, Any] | None = None,
 ) -> EnsureDefault:
     """Discover pools from ``nodes`` and work out the queue-config write (spec 15.5).
 
@@ -213,6 +217,11 @@ def ensure_default_queue_config(
     ``defaultClusterQueueName``, ``defaultClusterQueueCohortName`` and the ``nodes``
     settings. Nothing to write on an unchanged cluster: ``create`` and ``spec`` are
     ``None`` and ``node_patches`` is empty.
+
+    ``spec_schema`` is the installed CRD's schema of ``spec``: the stored spec
+    carries its defaults (another operator's CRD may default more fields, such
+    as ``flavorFungibility`` and ``preemption``), so the merged spec gets them
+    too before the two are compared.
     """
     nodes = list(nodes)
     cfg = _config_spec(config)
@@ -224,7 +233,7 @@ def ensure_default_queue_config(
         result.create = default_queue_config(pools, name, cohort)
         return result
     current = _as_spec(existing)
-    merged = merge_queue_config_spec(current, pools, name, cohort)
+    merged = apply_defaults(merge_queue_config_spec(current, pools, name, cohort), spec_schema)
     if merged != current:
         result.spec = merged
     return result

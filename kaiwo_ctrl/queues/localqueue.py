@@ -7,13 +7,22 @@ LocalQueues made here carry ``app.kubernetes.io/managed-by: kaiwo-ctrl`` but not
 ``kaiwo.silogen.ai/queue-config`` label, and a plain (non-controller) owner reference
 to their ClusterQueue: the queue-config sync therefore never deletes them, and they
 are garbage-collected when the ClusterQueue goes away.
+
+:func:`create_local_queue` makes the POST, at most one at a time per LocalQueue:
+a burst of workloads into a new namespace all find the queue missing from the
+cache, and without the guard each would POST it (all but one getting 409).
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from kaiwo_ctrl.kinds import LOCALQUEUES
+from kaiwo_ctrl.runtime.client import ApiError, Client
 
 from .constants import DEFAULT_CLUSTER_QUEUE_NAME
 from .kueue import entry_name, local_queue
@@ -98,3 +107,41 @@ def resolve_local_queue(
     if cluster_queue is None:
         return LocalQueueDecision("error", queue, message=f"cluster queue {queue} does not exist")
     return LocalQueueDecision("create", queue, desired_local_queue(namespace, cluster_queue))
+
+
+# per client: (namespace, name) -> the POST in flight for that LocalQueue; its
+# result says whether the queue exists afterwards
+_IN_FLIGHT: "weakref.WeakKeyDictionary[Client, dict[tuple[str, str], asyncio.Future[bool]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def create_local_queue(client: Client, local_queue: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Create ``local_queue``; only the caller whose POST made it gets the object.
+
+    Concurrent callers for the same LocalQueue wait for the POST in flight instead
+    of making their own, and get ``None`` once it succeeded (as they do when it
+    already existed). If that POST failed, each waiter tries again itself, so the
+    error reaches every caller that could not be served.
+    """
+    meta = local_queue["metadata"]
+    key = (meta["namespace"], meta["name"])
+    pending = _IN_FLIGHT.setdefault(client, {})
+    while (other := pending.get(key)) is not None:
+        if await asyncio.shield(other):
+            return None
+    exists: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    pending[key] = exists
+    created: dict[str, Any] | None = None
+    try:
+        created = await client.create(LOCALQUEUES, local_queue)
+        exists.set_result(True)
+    except ApiError as e:
+        if not e.already_exists:
+            raise
+        exists.set_result(True)
+    finally:
+        del pending[key]
+        if not exists.done():
+            exists.set_result(False)
+    return created

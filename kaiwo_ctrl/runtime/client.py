@@ -1,7 +1,8 @@
 """An async Kubernetes client that speaks raw JSON.
 
-kubernetes-asyncio loads the connection settings (kubeconfig, exec plugins,
-in-cluster service account with token refresh); requests go through one
+:class:`RestConfig` (in :mod:`kaiwo_ctrl.runtime.restconfig`) holds the
+connection settings (kubeconfig, exec plugins, in-cluster service account
+with token refresh); requests go through one
 aiohttp session with orjson bodies, so no generated model classes are built
 on the hot path. Every kind is addressed through a :class:`Resource` (group,
 version, plural, kind, scope); core kinds are listed in
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -29,6 +29,8 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
+
+from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
@@ -122,58 +124,6 @@ class ApiError(Exception):
         return self.status in (0, 429, 500, 502, 503, 504) or self.conflict
 
 
-@dataclass
-class RestConfig:
-    host: str
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    verify: bool = True
-    token: str | None = None
-    token_hook: Callable[[], Awaitable[str | None]] | None = None
-
-    @classmethod
-    async def load(cls, kubeconfig: str | None = None, context: str | None = None) -> "RestConfig":
-        """kubeconfig (explicit path, $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
-        import os
-
-        from kubernetes_asyncio import client as kclient
-        from kubernetes_asyncio import config as kconfig
-
-        cfg = kclient.Configuration()
-        path = kubeconfig or os.environ.get("KUBECONFIG")
-        home_cfg = os.path.expanduser("~/.kube/config")
-        if path or (not os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(home_cfg)):
-            await kconfig.load_kube_config(config_file=path or home_cfg, context=context, client_configuration=cfg)
-        else:
-            kconfig.load_incluster_config(client_configuration=cfg)
-
-        async def token() -> str | None:
-            value = await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-            return value or None
-
-        has_token = bool(cfg.api_key) or cfg.refresh_api_key_hook is not None
-        return cls(
-            host=cfg.host.rstrip("/"),
-            ca_file=cfg.ssl_ca_cert,
-            cert_file=cfg.cert_file,
-            key_file=cfg.key_file,
-            verify=cfg.verify_ssl,
-            token_hook=token if has_token else None,
-        )
-
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        if not self.host.startswith("https"):
-            return False
-        ctx = ssl.create_default_context(cafile=self.ca_file)
-        if self.cert_file:
-            ctx.load_cert_chain(self.cert_file, keyfile=self.key_file)
-        if not self.verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
-
 RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
 
 
@@ -198,6 +148,19 @@ class Client:
         self.hooks: list[RequestHook] = []
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
+
+    def with_own_pool(self, max_connections: int) -> "Client":
+        """A client on the same server with its own pool of ``max_connections``
+        connections; it shares this one's request counts and hooks."""
+        other = Client(
+            self.config,
+            field_manager=self.field_manager,
+            user_agent=self.user_agent,
+            max_connections=max_connections,
+            request_timeout=self.request_timeout,
+        )
+        other.hooks, other.counts = self.hooks, self.counts
+        return other
 
     @classmethod
     async def from_kubeconfig(cls, kubeconfig: str | None = None, **kw: Any) -> "Client":
@@ -321,13 +284,38 @@ class Client:
     async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[list[dict], str]:
         """A consistent paged list: all items and the list's resourceVersion."""
         items: list[dict] = []
+        rv = ""
+        async for chunk, rv in self.list_pages(res, namespace, page, **kw):
+            items.extend(chunk)
+        return items, rv
+
+    async def list_pages(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        page: int = 500,
+        *,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+        **kw: Any,
+    ) -> AsyncIterator[tuple[list[dict], str]]:
+        """A consistent paged list, one ``(items, resourceVersion)`` per page, so a
+        caller can trim each page before the next arrives. The resourceVersion
+        (and its match rule) go with the first page only: later pages follow
+        the ``continue`` token, which pins the snapshot."""
         cont: str | None = None
         while True:
-            out = await self.list(res, namespace, limit=page, continue_=cont, **kw)
-            items.extend(out.get("items") or [])
-            cont = out.get("metadata", {}).get("continue")
+            if cont:
+                out = await self.list(res, namespace, limit=page, continue_=cont, **kw)
+            else:
+                out = await self.list(
+                    res, namespace, limit=page, resource_version=resource_version, resource_version_match=resource_version_match, **kw
+                )
+            meta = out.get("metadata") or {}
+            cont = meta.get("continue")
+            yield out.get("items") or [], meta.get("resourceVersion", "")
             if not cont:
-                return items, out.get("metadata", {}).get("resourceVersion", "")
+                return
 
     async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
         ns = namespace or obj.get("metadata", {}).get("namespace")
@@ -430,18 +418,27 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         inactivity_timeout: float = 90.0,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[dict]:
         """Stream watch events as dicts ``{"type": ..., "object": {...}}``.
 
         Lines are split on raw bytes (objects can be megabytes), and a stream
         that delivers nothing for ``inactivity_timeout`` seconds is treated
         as dead: with bookmarks on, the server talks at least once a minute.
+
+        ``send_initial_events`` asks for a streaming list ("watch-list"): the
+        server first sends every object matching ``resource_version`` (``""``:
+        a consistent read) as ADDED, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end: "true"``, and then goes on as a watch.
+        It requires bookmarks and the ``NotOlderThan`` match, which are set.
         """
         params = {
             "watch": "true",
             "resourceVersion": resource_version,
             "timeoutSeconds": timeout_seconds,
-            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+            "allowWatchBookmarks": "true" if allow_bookmarks or send_initial_events else None,
+            "sendInitialEvents": "true" if send_initial_events else None,
+            "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
         }
@@ -456,21 +453,39 @@ class Client:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
                     raise ApiError(resp.status, _loads(await resp.read()), "WATCH", path)
-                buf = b""
-                async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while True:
-                        i = buf.find(b"\n")
-                        if i < 0:
-                            break
-                        line, buf = buf[:i], buf[i + 1 :]
-                        if line.strip():
-                            yield orjson.loads(line)
+                async for line in split_lines(resp.content.iter_any()):
+                    yield orjson.loads(line)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")
+
+
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Non-blank lines of a byte stream, in time linear in its length.
+
+    Each byte is scanned for the newline once (a long line arriving in many
+    chunks is not rescanned from its start) and copied out once; consumed
+    lines are cut off the buffer once per chunk, not once per line.
+    """
+    buf = bytearray()
+    for_scan = 0
+    async for chunk in chunks:
+        buf += chunk
+        start = 0
+        while True:
+            i = buf.find(b"\n", for_scan)
+            if i < 0:
+                break
+            line = bytes(buf[start:i])
+            start = for_scan = i + 1
+            if line.strip():
+                yield line
+        if start:
+            del buf[:start]
+        for_scan = len(buf)
+    # an unterminated tail is a cut-off event: the caller resumes the watch
 
 
 def resource_of(path: str) -> str:

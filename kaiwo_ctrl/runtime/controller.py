@@ -31,6 +31,7 @@ from kaiwo_ctrl.runtime.logging import log_context
 from kaiwo_ctrl.runtime.metrics import Metrics
 from kaiwo_ctrl.runtime.predicate import Predicate
 from kaiwo_ctrl.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+from kaiwo_ctrl.runtime.supervise import supervise
 from kaiwo_ctrl.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("kaiwo_ctrl.runtime.controller")
@@ -50,6 +51,22 @@ Reconciler = Callable[[Request], Awaitable[Result | None]]
 
 
 class Controller:
+    """One reconcile function fed by a workqueue. Options and their defaults:
+
+    * ``workers`` (1): reconciles that may run at once; one key never runs twice
+      at the same time whatever the number.
+    * ``rate_limiter`` (``default_controller_rate_limiter()``): the delay of a
+      failed key, per-key exponential 5 ms doubling to 1000 s, combined with an
+      overall 10 qps / burst 100 bucket.
+    * ``metrics`` (None: no metrics): where the ``controller_runtime_*`` and
+      ``workqueue_*`` series go; every series is created at zero here, at
+      construction, so standbys and the first scrape show them.
+    * ``tracer`` (None: no spans): an OpenTelemetry tracer, one span per reconcile.
+    * ``conflict_requeue`` (0.05 s): the delay before retrying a key whose
+      reconcile hit 409 Conflict (a cache a moment behind, not a failure to back
+      off from).
+    """
+
     def __init__(
         self,
         name: str,
@@ -72,6 +89,10 @@ class Controller:
             rate_limiter=rate_limiter or default_controller_rate_limiter(),
             metrics=metrics.workqueue(name) if metrics else None,
         )
+        if metrics:
+            # every series exists at zero from creation, as in controller-runtime:
+            # a first scrape, or a standby replica, already shows them
+            metrics.register_controller(name, workers)
         self._sources: list[tuple[Informer, Any]] = []
         self._tasks: list[asyncio.Task] = []
         self.started = False
@@ -133,14 +154,13 @@ class Controller:
         if self.started:
             return
         self.started = True
-        if self.metrics:
-            self.metrics.register_controller(self.name, self.workers)
         for informer, handler in self._sources:
             informer.add_handler(handler)
         results = await asyncio.gather(*(i.wait_synced(sync_timeout) for i, _ in self._sources))
         if not all(results):
             raise TimeoutError(f"controller {self.name}: caches did not sync within {sync_timeout}s")
-        self._tasks = [asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}") for i in range(self.workers)]
+        # a worker that dies outside a reconcile is logged and restarted
+        self._tasks = [supervise(f"{self.name}-worker-{i}", self._worker) for i in range(self.workers)]
         log.info("controller started", extra={"controller": self.name, "workers": self.workers})
 
     async def stop(self, drain_timeout: float = 30.0) -> None:

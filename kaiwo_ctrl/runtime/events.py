@@ -1,10 +1,16 @@
 """Event recorder: core/v1 Events that ``kubectl describe`` shows.
 
-Recording never blocks a reconcile: events go into a bounded queue (20000,
-dropped when full) that one background task writes. Identical events (same
-object, type, reason, message) are folded into one Event whose ``count`` and
-``lastTimestamp`` are bumped, and a per-object token bucket (burst 25, one
-token per 300 s) keeps a hot loop from flooding the API server.
+Recording never blocks a reconcile: events go into bounded queues (20000 in
+all, dropped when full) that ``workers`` background tasks (default 8) write
+concurrently. Events are sharded by the object they are about, so one
+object's events are written in order by one writer, and identical events
+(same object, type, reason, message) are still folded into one Event whose
+``count`` and ``lastTimestamp`` are bumped. A per-object token bucket (burst
+25, one token per 300 s) keeps a hot loop from flooding the API server.
+
+The writers use their own connection pool of ``workers`` connections, so a
+burst of Events can never take connections that reconcile writes are waiting
+for, and never has more than ``workers`` requests in flight.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.resources import EVENTS
+from kaiwo_ctrl.runtime.supervise import supervise
 
 log = logging.getLogger("kaiwo_ctrl.runtime.events")
 
@@ -55,20 +62,30 @@ class EventRecorder:
         client: Client,
         component: str,
         *,
+        workers: int = 8,
         max_queue: int = 20000,
         lru: int = 4096,
         burst: int = 25,
         refill_every: float = 300.0,
     ) -> None:
-        self.client = client
+        """``workers``: concurrent Event writes (and connections of their own pool);
+        ``max_queue``: events held while the writers are busy, beyond which new ones
+        are dropped; ``lru``: objects whose aggregation and spam-filter state is kept;
+        ``burst``/``refill_every``: the per-object token bucket."""
+        self.client = client.with_own_pool(workers)
         self.component = component
         self.host = socket.gethostname()
-        self._queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(max_queue)
+        self._workers = max(1, workers)
+        shard_size = max(1, max_queue // self._workers)
+        self._queues: list[asyncio.Queue[tuple[dict[str, Any], str, str, str]]] = [
+            asyncio.Queue(shard_size) for _ in range(self._workers)
+        ]
         self._seen: OrderedDict[tuple[str, str, str, str, str], dict[str, Any]] = OrderedDict()
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._lru = lru
         self._burst, self._refill = burst, refill_every
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._pending = 0
         self.dropped = 0
         self.written = 0
 
@@ -79,29 +96,39 @@ class EventRecorder:
         ref = _ref(obj)
         if ref.get("name") is None:
             return
+        shard = hash(ref.get("uid") or (ref.get("namespace"), ref["name"])) % self._workers
         try:
-            self._queue.put_nowait((ref, type_, reason, message[:1024] + ("\0" + component if component else "")))
+            self._queues[shard].put_nowait((ref, type_, reason, message[:1024] + ("\0" + component if component else "")))
+            self._pending += 1
         except asyncio.QueueFull:
             self.dropped += 1
-        if self._task is None or self._task.done():
+        if not self._tasks or self._tasks[0].done():
             try:
-                self._task = asyncio.get_running_loop().create_task(self._run(), name="event-recorder")
+                self._tasks = [supervise(f"event-writer-{i}", lambda q=q: self._run(q)) for i, q in enumerate(self._queues)]
             except RuntimeError:
-                pass
+                pass  # no running loop yet: the writers start with the first event recorded from one
+
+    @property
+    def backlog(self) -> int:
+        """Events queued or being written."""
+        return self._pending
 
     async def flush(self, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
-        while not self._queue.empty() and time.monotonic() < deadline:
+        while self._pending and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
     async def close(self) -> None:
         await self.flush()
-        if self._task:
-            self._task.cancel()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.client.close()
 
-    async def _run(self) -> None:
+    async def _run(self, queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]]) -> None:
         while True:
-            ref, type_, reason, packed = await self._queue.get()
+            ref, type_, reason, packed = await queue.get()
             message, _, component = packed.partition("\0")
             try:
                 await self._write(ref, type_, reason, message, component or self.component)
@@ -109,6 +136,8 @@ class EventRecorder:
                 log.debug("event not recorded", extra={"error": str(e), "reason": reason})
             except Exception:  # noqa: BLE001 - events are best effort
                 log.exception("event recorder failed")
+            finally:
+                self._pending -= 1
 
     async def _write(self, ref: dict[str, Any], type_: str, reason: str, message: str, component: str) -> None:
         uid = ref.get("uid") or f"{ref.get('namespace')}/{ref['name']}"

@@ -2,8 +2,11 @@
 
 The reflector loop lists, replaces the store, then watches from the list's
 resourceVersion, applying each event to the store *before* telling the
-handlers. Semantics kept from client-go's reflector (see
-framework-design-notes §3):
+handlers. The list is streamed where the server allows it (a watch with
+``sendInitialEvents``, the WatchList feature, on by default since Kubernetes
+1.34): objects are trimmed one by one as they arrive and the same stream goes
+on as the watch. A server that refuses it gets paged lists, each page trimmed
+before the next is read. Semantics kept from client-go's reflector:
 
 * bookmarks requested; the last-seen resourceVersion advances on every event;
 * a watch that ends normally is resumed from that resourceVersion, no relist;
@@ -24,59 +27,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
-from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key
+from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
+from kaiwo_ctrl.runtime.supervise import supervise
 
 log = logging.getLogger("kaiwo_ctrl.runtime.informer")
 
 Transform = Callable[[Obj], Obj]
 
 
-_INTERN_MAX = 64
+#: marks the bookmark that ends a streaming list's initial events
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
-def _intern_values(node: Any) -> None:
-    """Share equal short string values between cached objects.
-
-    Thousands of cached objects repeat the same label values, images,
-    policies and API versions; orjson already shares dict keys, and
-    interning the values too saves about a third of a cached Job's memory.
-    Interned strings are freed normally once nothing refers to them.
-    """
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if type(v) is str:
-                if len(v) <= _INTERN_MAX:
-                    node[k] = sys.intern(v)
-            elif isinstance(v, (dict, list)):
-                _intern_values(v)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            if type(v) is str:
-                if len(v) <= _INTERN_MAX:
-                    node[i] = sys.intern(v)
-            elif isinstance(v, (dict, list)):
-                _intern_values(v)
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """Default transform: drop what no controller reads, share repeated strings."""
-    meta = obj.get("metadata")
-    if meta:
-        meta.pop("managedFields", None)
-        ann = meta.get("annotations")
-        if ann and "kubectl.kubernetes.io/last-applied-configuration" in ann:
-            del ann["kubectl.kubernetes.io/last-applied-configuration"]
-            if not ann:
-                del meta["annotations"]
-    _intern_values(obj)
-    return obj
+class WatchListUnsupported(Exception):
+    """The server refused or ignored a streaming list (``sendInitialEvents``)."""
 
 
 class EventHandler(Protocol):
@@ -136,6 +106,7 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         inactivity_timeout: float = 90.0,
         metrics: InformerMetricsHook | None = None,
+        watch_list: bool = True,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -148,6 +119,8 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.inactivity_timeout = inactivity_timeout
         self.metrics = metrics
+        #: list by streaming (``sendInitialEvents``); turned off when the server refuses
+        self.watch_list = watch_list
         self.name = resource.kind
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
@@ -158,6 +131,7 @@ class Informer:
         self.watch_restarts = 0
         self._task: asyncio.Task | None = None
         self._backoff = Backoff()
+        self._streamed = False
 
     # ------------------------------------------------------------ handlers
     def add_handler(self, handler: EventHandler) -> Registration:
@@ -200,15 +174,27 @@ class Informer:
             self._task = None
 
     async def run(self) -> None:
-        resync = asyncio.create_task(self._resync_loop()) if self.resync_period else None
+        resync = supervise(f"informer-resync:{self.resource}", self._resync_loop) if self.resync_period else None
         need_list, list_rv = True, ""
         try:
             while True:
                 try:
+                    if need_list and self.watch_list:
+                        self._streamed = False
+                        try:
+                            await self._watch_list(list_rv)  # lists, then goes on as the watch
+                        finally:
+                            need_list = not self._streamed  # once listed, failures resume the watch
+                        continue
                     if need_list:
                         await self._list_and_replace(list_rv)
                         need_list = False
                     await self._watch_once()  # a clean server-side end: watch again, no relist
+                except WatchListUnsupported as e:
+                    # an older server, or the WatchList feature turned off: list in pages from now on
+                    self.watch_list = False
+                    self.last_error = str(e)[:500]
+                    log.info("streaming list refused, using paged lists", extra={"kind": self.name, "error": str(e)[:300]})
                 except ApiError as e:
                     self.last_error = str(e)[:500]
                     if e.gone:
@@ -242,29 +228,85 @@ class Informer:
             if resync:
                 resync.cancel()
 
+    def _prepare(self, obj: Obj) -> Obj:
+        """Fill in kind/apiVersion (lists leave them out) and apply the transform."""
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
+        return self.transform(obj) if self.transform else obj
+
     async def _list_and_replace(self, rv: str) -> None:
-        kw: dict[str, Any] = {"label_selector": self.label_selector, "field_selector": self.field_selector}
+        """Paged list; each page is trimmed as it arrives, so at most one page of
+        untrimmed objects is alive at a time."""
+        kw: dict[str, Any] = {"label_selector": self.label_selector, "field_selector": self.field_selector, "timeout": 300}
+        if rv:
+            kw.update(resource_version=rv, resource_version_match="NotOlderThan" if rv != "0" else None)
+        items: list[Obj] = []
+        list_rv = ""
         try:
-            if rv:
-                out = await self.client.list(
-                    self.resource,
-                    self.namespace,
-                    resource_version=rv,
-                    resource_version_match="NotOlderThan" if rv != "0" else None,
-                    timeout=300,
-                    **kw,
-                )
-                items, list_rv = out.get("items") or [], out.get("metadata", {}).get("resourceVersion", "")
-            else:
-                items, list_rv = await self.client.list_all(self.resource, self.namespace, timeout=300, **kw)
+            async for page, list_rv in self.client.list_pages(self.resource, self.namespace, **kw):
+                items.extend(self._prepare(obj) for obj in page)
+                del page
         except ApiError as e:
-            if e.gone and rv:
-                items, list_rv = await self.client.list_all(self.resource, self.namespace, timeout=300, **kw)
-            else:
+            if not (e.gone and rv):
                 raise
+            # too old for the server: a quorum list instead
+            await self._list_and_replace("")
+            return
+        self._synced_with(items, list_rv)
+
+    async def _watch_list(self, rv: str) -> None:
+        """Streaming list: one watch that sends every object as ADDED, then a
+        bookmark annotated ``k8s.io/initial-events-end``, then live events.
+
+        Each object is decoded and trimmed as it arrives (the full list never
+        exists in memory); the store is replaced once the end bookmark comes,
+        with the same adds/updates/tombstones as a paged relist, and the same
+        stream then carries on as the watch. Before that bookmark the server
+        sends only ADDED events: anything else means it ignored the request.
+        """
+        stream = self.client.watch(
+            self.resource,
+            self.namespace,
+            resource_version=rv,
+            timeout_seconds=random.randint(*self.watch_timeout),
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            inactivity_timeout=self.inactivity_timeout,
+            send_initial_events=True,
+        )
+        items: list[Obj] | None = []
+        try:
+            async for ev in stream:
+                if items is None:
+                    self._handle(ev)
+                    continue
+                typ = ev.get("type")
+                obj = ev.get("object") or {}
+                if typ == "ADDED":
+                    items.append(self._prepare(obj))
+                elif typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                    self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
+                    items, self._streamed = None, True
+                elif typ == "ERROR":
+                    raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
+                else:
+                    raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
+        except ApiError as e:
+            if e.status in (400, 422) and items is not None and not items:
+                raise WatchListUnsupported(str(e)) from e
+            raise
+        finally:
+            await stream.aclose()
+        if items is not None:
+            raise ApiError(0, "the streaming list ended before its initial-events-end bookmark", "WATCH", str(self.resource))
+        self.watch_restarts += 1
+        if self.metrics:
+            self.metrics.informer_watch_restart(self.name, "closed")
+
+    def _synced_with(self, items: list[Obj], rv: str) -> None:
         self.relists += 1
         self._replace(items)
-        self.last_sync_rv = list_rv
+        self.last_sync_rv = rv
         self.last_event_at = time.monotonic()
         if not self.has_synced:
             self._synced.set()
@@ -272,16 +314,10 @@ class Informer:
                 reg.synced = True
 
     def _replace(self, items: list[Obj]) -> None:
-        """Swap in a fresh list: adds, updates (only where the RV moved), tombstone deletes."""
+        """Swap in a fresh (prepared) list: adds, updates where the RV moved, tombstone deletes."""
         initial = not self.has_synced
         seen: set[str] = set()
-        kind = self.resource.kind
-        api_version = self.resource.api_version
         for obj in items:
-            obj.setdefault("kind", kind)
-            obj.setdefault("apiVersion", api_version)
-            if self.transform:
-                obj = self.transform(obj)
             key = object_key(obj)
             seen.add(key)
             old = self.store.put(obj)
@@ -334,10 +370,7 @@ class Informer:
             if rv:
                 self.last_sync_rv = rv
             return
-        obj.setdefault("kind", self.resource.kind)
-        obj.setdefault("apiVersion", self.resource.api_version)
-        if self.transform:
-            obj = self.transform(obj)
+        obj = self._prepare(obj)
         if typ == "ADDED" or typ == "MODIFIED":
             old = self.store.put(obj)
             if old is None:

@@ -8,6 +8,9 @@ retry 2 s (jittered ×[1, 2.2) while waiting to acquire).
 The leader renews every retry period, first straight from the record it last
 wrote (fast path), then by re-reading (slow path). If it cannot renew within
 the renew deadline it has lost the lease and must stop acting at once.
+
+A Lease namespace that does not exist is not retried: :meth:`acquire` raises
+:class:`LeaseNamespaceMissing` at the first attempt.
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ def micro_time(now: dt.datetime | None = None) -> str:
 
 def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+class LeaseNamespaceMissing(RuntimeError):
+    """The Lease's namespace does not exist: retrying cannot help, so the caller
+    should stop with this message instead of waiting for a lease forever."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace, self.name = namespace, name
+        super().__init__(f"the leader-election namespace {namespace!r} (Lease {name!r}) does not exist")
 
 
 class LeaderElector:
@@ -114,6 +126,8 @@ class LeaderElector:
                 except ApiError as ce:
                     if ce.already_exists or ce.conflict:
                         return False
+                    if ce.not_found and (ce.body.get("details") or {}).get("kind") == "namespaces":
+                        raise LeaseNamespaceMissing(self.namespace, self.name) from ce
                     raise
                 self._observe(created)
                 return True

@@ -28,6 +28,7 @@ from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.events import EventRecorder
 from kaiwo_ctrl.runtime.leaderelection import LeaderElector
 from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.supervise import crash_looping
 
 log = logging.getLogger("kaiwo_ctrl.runtime.manager")
 
@@ -41,6 +42,14 @@ class LeadershipLost(RuntimeError):
 
 @dataclass
 class LeaderElectionConfig:
+    """The Lease ``namespace/name`` and its timings (seconds): a leader that has not
+    renewed for ``renew_deadline`` (10) steps down; a standby takes an unrenewed
+    lease after ``lease_duration`` (15); attempts every ``retry_period`` (2).
+    ``release_on_cancel`` (True) gives the lease up on a graceful stop so a standby
+    takes over at once; ``identity`` defaults to ``<hostname>_<uuid>``. The
+    namespace must exist: a missing one ends :meth:`Manager.run` with
+    ``LeaseNamespaceMissing`` instead of retrying forever."""
+
     name: str
     namespace: str
     lease_duration: float = 15.0
@@ -48,6 +57,11 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
     release_on_cancel: bool = True
     identity: str | None = None
+
+
+def _check_crash_loops() -> str | None:
+    looping = crash_looping()
+    return f"crash-looping: {', '.join(looping)}" if looping else None
 
 
 def _parse_addr(addr: str | None) -> tuple[str, int] | None:
@@ -59,6 +73,24 @@ def _parse_addr(addr: str | None) -> tuple[str, int] | None:
 
 @dataclass
 class Manager:
+    """Owns the client, the shared cache, the controllers and the probes. Options:
+
+    * ``metrics`` (a fresh ``Metrics`` with process metrics): the registry behind
+      ``/metrics``.
+    * ``metrics_addr`` (":8080") and ``health_addr`` (":8081"): ``host:port`` to
+      serve ``/metrics`` and ``/healthz``+``/readyz`` on; ``"0"`` or None turns one
+      off; the same address serves both.
+    * ``leader_election`` (None: every replica runs the controllers): see
+      :class:`LeaderElectionConfig`.
+    * ``shutdown_timeout`` (30 s): the budget for a graceful stop (drain the
+      queues, release the lease).
+    * ``cache_sync_timeout`` (120 s): how long start-up waits for the informers'
+      first list before failing.
+    * ``stall_threshold`` (600 s): a synced informer whose watch has been silent
+      for longer makes ``/readyz`` fail (bookmarks arrive about once a minute).
+    * ``component`` ("kaiwo-ctrl"): the Event source name.
+    """
+
     client: Client
     metrics: Metrics = field(default_factory=lambda: Metrics(process_metrics=True))
     metrics_addr: str | None = ":8080"
@@ -78,7 +110,7 @@ class Manager:
         self.recorder = EventRecorder(self.client, self.component)
         self.controllers: list[Controller] = []
         self._leader_runnables: list[tuple[str, Runnable]] = []
-        self._health: dict[str, Check] = {"ping": lambda: None}
+        self._health: dict[str, Check] = {"ping": lambda: None, "background-tasks": _check_crash_loops}
         self._ready: dict[str, Check] = {"ping": lambda: None, "informers-synced": self._check_synced, "watches": self._check_stalls}
         self.elector: LeaderElector | None = None
         self.is_leader = asyncio.Event()
@@ -88,6 +120,8 @@ class Manager:
         self.bound: dict[str, int] = {}
         self._tasks: list[asyncio.Task] = []
         self._hook_rest_metrics()
+        if self.leader_election:  # 0 from the first scrape on every replica, 1 on the leader
+            self.metrics.leader_election_master_status.labels(name=self.leader_election.name).set(0)
 
     # --------------------------------------------------------------- wiring
     def add_controller(self, c: Controller) -> Controller:
@@ -238,6 +272,7 @@ class Manager:
                     stopper.cancel()
                     return
                 stopper.cancel()
+                acquire.result()  # LeaseNamespaceMissing ends the run here
             await self._start_leader_work()
             stopper = asyncio.create_task(stop.wait(), name="stop")
             holder = asyncio.create_task(self.elector.hold(), name="hold-lease") if self.elector is not None else None

@@ -8,6 +8,7 @@ filed under; ``by_index(name, value)`` returns every object with that value.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -33,6 +34,48 @@ def index_by_label(label: str) -> IndexFunc:
         return [v] if v is not None else []
 
     return fn
+
+
+_INTERN_MAX = 64
+
+
+def _intern_values(root: Any) -> None:
+    """Share equal short string values between cached objects.
+
+    Thousands of cached objects repeat the same label values, images,
+    policies and API versions; orjson already shares dict keys, and
+    interning the values too saves about a third of a cached Job's memory.
+    Interned strings are freed normally once nothing refers to them.
+    Iterative, with exact type checks: it runs on every object an informer
+    receives, and this is about a third faster than the recursive walk.
+    """
+    intern = sys.intern
+    stack = [root]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        items = node.items() if type(node) is dict else enumerate(node)
+        for k, v in items:
+            t = type(v)
+            if t is str:
+                if len(v) <= _INTERN_MAX:
+                    node[k] = intern(v)
+            elif t is dict or t is list:
+                push(v)
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """Default transform: drop what no controller reads, share repeated strings."""
+    meta = obj.get("metadata")
+    if meta:
+        meta.pop("managedFields", None)
+        ann = meta.get("annotations")
+        if ann and "kubectl.kubernetes.io/last-applied-configuration" in ann:
+            del ann["kubectl.kubernetes.io/last-applied-configuration"]
+            if not ann:
+                del meta["annotations"]
+    _intern_values(obj)
+    return obj
 
 
 def object_key(obj: Mapping[str, Any]) -> str:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .ratelimit import RateLimiter, default_controller_rate_limiter
+from .supervise import supervise
 
 if TYPE_CHECKING:
     from .metrics import WorkQueueMetrics
@@ -237,11 +238,12 @@ class WorkQueue(Generic[K]):
         if not self._heap:
             return  # started on the first add_after made from a running loop
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet; started on the next use from a loop
         self._timer_wakeup = asyncio.Event()
-        self._timer_task = loop.create_task(self._run_timer(), name=f"workqueue-{self.name}-delay")
+        # a timer that dies is logged and restarted: delayed keys must not strand
+        self._timer_task = supervise(f"workqueue-{self.name}-delay", self._run_timer)
 
     async def _run_timer(self) -> None:
         assert self._timer_wakeup is not None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kaiwo_ctrl.kinds import LOCALQUEUES
-from kaiwo_ctrl.queues.localqueue import resolve_local_queue
+from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
 from kaiwo_ctrl.runtime.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.objpath import get_path, pop_path
@@ -119,11 +119,8 @@ class ChildApplier:
             self.recorder.warning(owner, "LocalQueueError", decision.message)
             raise LocalQueueError(decision.message)
         if decision.action == "create" and decision.local_queue is not None:
-            try:
-                created = await self.client.create(LOCALQUEUES, decision.local_queue)
-            except ApiError as e:
-                if not e.already_exists:
-                    raise
+            created = await create_local_queue(self.client, decision.local_queue)  # one POST per queue
+            if created is None:
                 return
             self.shared.expectations.wrote(("LocalQueue", ns, q), None, created)
             self.recorder.normal(owner, "ResourceCreated", created_message(LOCALQUEUES, q))

@@ -35,6 +35,10 @@ async def test_verbs_and_typed_errors(client, namespace):
     assert e.value.conflict and e.value.status == 409
     items, rv = await client.list_all(CONFIGMAPS, namespace, page=1)
     assert {i["metadata"]["name"] for i in items} >= {"a", "b"} and rv
+    # page by page, the first page at a resourceVersion; later pages follow the continue token
+    pages = [(page, prv) async for page, prv in client.list_pages(CONFIGMAPS, namespace, 1, resource_version=rv, resource_version_match="NotOlderThan")]
+    assert len(pages) == len(items) and all(len(page) == 1 for page, _ in pages)
+    assert {p[0][0]["metadata"]["name"] for p in pages} == {i["metadata"]["name"] for i in items}
     assert await client.delete(CONFIGMAPS, "a", namespace) is not None
     assert await client.delete(CONFIGMAPS, "a", namespace) is None  # already gone: not an error
     with pytest.raises(ApiError) as e:

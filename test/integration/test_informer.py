@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import shutil
 from collections import Counter
 
 import httpx
 import pytest
 
+from kaiwo_ctrl.local.controlplane import ControlPlane, free_port
 from kaiwo_ctrl.runtime.client import Client, RestConfig
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.resources import CONFIGMAPS
@@ -50,6 +52,15 @@ class Reasons:
         self.restarts[reason] += 1
 
 
+def started(client: Client, namespace: str) -> tuple[Informer, Recorder]:
+    """A started ConfigMap informer on ``namespace`` with a recording handler."""
+    inf = Informer(client, CONFIGMAPS, namespace=namespace)
+    rec = Recorder()
+    inf.add_handler(rec)
+    inf.start()
+    return inf, rec
+
+
 def cm(name: str, **data: str) -> dict:
     return {"metadata": {"name": name}, "data": data}
 
@@ -65,10 +76,7 @@ def cache_state(inf: Informer) -> dict[str, str]:
 
 async def test_sees_create_update_delete(client, admin, namespace):
     admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("before", a="1"))
-    inf = Informer(client, CONFIGMAPS, namespace=namespace)
-    rec = Recorder()
-    inf.add_handler(rec)
-    inf.start()
+    inf, rec = started(client, namespace)
     try:
         assert await inf.wait_synced(30)
         assert rec.events == [("add", "before", True)]
@@ -172,3 +180,57 @@ async def test_410_gone_leads_to_relist_with_final_state(control_plane, admin, n
         await inf.stop()
         await c.close()
         await relay.close()
+
+
+async def test_streaming_list_then_the_same_stream_watches(client, admin, namespace):
+    """The initial list arrives as a watch with sendInitialEvents: no LIST, one WATCH."""
+    for n in ("a", "b", "c"):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
+    before = client.counts.copy()
+    inf, rec = started(client, namespace)
+    try:
+        assert await inf.wait_synced(30)
+        assert sorted(rec.events) == [("add", n, True) for n in ("a", "b", "c")]
+        assert cache_state(inf) == server_state(admin, namespace)
+        assert inf.watch_list and inf.last_sync_rv
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("d", v="1"))
+        await eventually(lambda: inf.get("d", namespace), what="d cached")
+        assert ("add", "d", False) in rec.events
+        assert client.counts["GET"] - before["GET"] == 0  # no LIST
+        assert client.counts["WATCH"] - before["WATCH"] == 1
+        # managedFields are trimmed as each object arrives
+        assert "managedFields" not in inf.get("a", namespace)["metadata"]
+    finally:
+        await inf.stop()
+
+
+class _WatchListOff(ControlPlane):
+    def apiserver_args(self) -> list[str]:
+        return [*super().apiserver_args(), "--feature-gates=WatchList=false"]
+
+
+async def test_paged_list_when_the_server_refuses_streaming(control_plane, admin, namespace, tmp_path):
+    """A second kube-apiserver on the same etcd with WatchList off: the informer
+    falls back to paged lists and keeps working."""
+    shutil.copytree(control_plane.certs, tmp_path / "certs")
+    plane = _WatchListOff(directory=tmp_path, assets=control_plane.assets, etcd_port=control_plane.etcd_port, api_port=free_port())
+    plane.start_apiserver()
+    cfg = await RestConfig.load(str(control_plane.kubeconfig))
+    cfg.host = plane.url
+    c = Client(cfg)
+    for i in range(3):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(f"p{i}", v="0"))
+    inf = Informer(c, CONFIGMAPS, namespace=namespace)
+    inf.start()
+    try:
+        assert await inf.wait_synced(60)
+        assert not inf.watch_list, inf.last_error
+        assert "sendInitialEvents" in (inf.last_error or "")
+        assert cache_state(inf) == server_state(admin, namespace)
+        assert c.counts["GET"] >= 1
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("later", v="1"))
+        await eventually(lambda: inf.get("later", namespace), what="later cached over the plain watch")
+    finally:
+        await inf.stop()
+        await c.close()
+        plane.stop()

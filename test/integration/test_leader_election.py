@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+import uuid
 
 import pytest
 
@@ -27,7 +28,8 @@ class Operator(OperatorProcess):
         return super().is_leader(LEASE)
 
     def reconciled(self) -> bool:
-        return 'controller_runtime_reconcile_total{controller="demo-mirror",result="success"}' in self.metrics()
+        # the series exists at 0 on every replica; a reconcile makes it positive
+        return self.metric_sum("controller_runtime_reconcile_total", controller="demo-mirror", result="success") > 0
 
 
 def mirror_exists(admin, ns, name) -> bool:
@@ -81,3 +83,54 @@ async def test_one_leader_reconciles_and_standby_takes_over(control_plane, admin
         for o in ops:
             if o.proc.poll() is None:
                 o.stop(signal.SIGKILL)
+
+
+ZERO_SERIES = (
+    'controller_runtime_reconcile_total{controller="demo-mirror",result="success"} 0.0',
+    'controller_runtime_reconcile_total{controller="demo-mirror",result="error"} 0.0',
+    'controller_runtime_reconcile_errors_total{controller="demo-mirror"} 0.0',
+    'controller_runtime_reconcile_time_seconds_count{controller="demo-mirror"} 0.0',
+    'controller_runtime_max_concurrent_reconciles{controller="demo-mirror"}',
+    'controller_runtime_active_workers{controller="demo-mirror"} 0.0',
+    'workqueue_depth{controller="demo-mirror",name="demo-mirror"} 0.0',
+    'workqueue_adds_total{controller="demo-mirror",name="demo-mirror"} 0.0',
+    'workqueue_retries_total{controller="demo-mirror",name="demo-mirror"} 0.0',
+)
+
+
+async def test_standby_exports_zero_valued_controller_metrics(control_plane, admin, namespace, tmp_path):
+    """Dashboards see every controller's series on every replica, from the first scrape."""
+    kc = str(control_plane.kubeconfig)
+    a = Operator(kc, namespace, tmp_path / "a.log")
+    b = None
+    try:
+        await eventually(a.is_leader, timeout=60, what="first replica leads")
+        b = Operator(kc, namespace, tmp_path / "b.log")
+        await eventually(b.ready, timeout=60, what="standby ready")
+        text = b.metrics()
+        assert 'leader_election_master_status{name="' + LEASE + '"} 0.0' in text
+        missing = [s for s in ZERO_SERIES if s not in text]
+        assert not missing, f"standby lacks zero-valued series: {missing}"
+    finally:
+        for o in (a, b):
+            if o is not None and o.proc.poll() is None:
+                o.stop(signal.SIGKILL)
+
+
+async def test_missing_lease_namespace_fails_fast_naming_namespace_and_flag(control_plane, tmp_path):
+    """Without its Lease namespace the operator exits with a message, instead of retrying forever."""
+    missing = f"no-such-ns-{uuid.uuid4().hex[:6]}"
+    op = OperatorProcess(
+        str(control_plane.kubeconfig), tmp_path / "op.log", "--demo", "--leader-elect",
+        f"--leader-election-id={LEASE}", f"--leader-election-namespace={missing}",
+    )
+    try:
+        await eventually(lambda: not op.alive(), timeout=90, what="the operator exits")
+        assert op.proc.returncode == 2
+        text = op.log_text()
+        assert f"leader-election namespace '{missing}'" in text
+        assert "--leader-election-namespace" in text and f"kubectl create namespace {missing}" in text
+        assert "leader election attempt failed" not in text  # no retry loop before giving up
+    finally:
+        if op.alive():
+            op.stop(signal.SIGKILL)

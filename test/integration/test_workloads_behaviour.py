@@ -42,7 +42,7 @@ async def settled(mgr) -> None:
     """Every controller idle and every queued event written."""
 
     def idle() -> bool:
-        return all(len(c.queue) == 0 and c.active == 0 for c in mgr.controllers) and mgr.recorder._queue.empty()
+        return all(len(c.queue) == 0 and c.active == 0 for c in mgr.controllers) and mgr.recorder.backlog == 0
 
     for _ in range(3):  # idle three times in a row, 0.3 s apart
         await eventually(idle, timeout=60, what="controllers idle")

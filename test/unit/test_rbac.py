@@ -53,6 +53,7 @@ CLIENT_VERBS = {
     "get_or_none": ("get", None),
     "list": ("list", None),
     "list_all": ("list", None),
+    "list_pages": ("list", None),
     "watch": ("watch", None),
     "create": ("create", None),
     "replace": ("update", None),

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Benchmark: restarting the operator with N KaiwoJobs and their N Jobs present.
+
+Starts its own control plane, creates N KaiwoJobs (default 10000), then runs
+``kaiwo-ctrl run`` as a separate process (the "creating run") until every
+KaiwoJob has its Job and the queue is empty, and records that process's peak
+RSS. It stops it and starts it again (the restart) and prints:
+
+* time to ready: process start until ``/readyz`` answers 200 (caches synced);
+* time to the end of the first pass: every KaiwoJob reconciled once and the
+  workqueue empty;
+* RSS at both points (and the creating run's peak, the target to stay under);
+* CPU seconds of the operator process up to ready and over the first pass;
+* writes (POST/PUT/PATCH/DELETE, lease renewals excluded) in the first pass: 0
+  is expected, since nothing changed.
+
+Figures come from /proc and from the operator's own /metrics; the load
+average is printed with each restart, since the machine may be shared. Not a
+test:
+
+    .venv/bin/python bench/bench_restart.py [--count 10000] [--workers 16]
+
+``--kubeconfig`` restarts against a control plane that already holds the
+KaiwoJobs and Jobs (in namespace ``bench-restart``), skipping the set-up and
+the creating run; ``--peak`` then gives the creating run's peak to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_kaiwojobs import arrange  # noqa: E402
+from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
+from kaiwo_ctrl.runtime.client import Client  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NS = "bench-restart"
+CONTROLLER = "kaiwojob"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class Operator:
+    def __init__(self, kubeconfig: str, workers: int, log: Path) -> None:
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kaiwo_ctrl", "run", f"--kubeconfig={kubeconfig}", f"--workers={workers}",
+             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+             f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--log-level=warning"],
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=REPO,  # noqa: SIM115
+        )
+
+    def status(self, field: str) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        return 0
+
+    def rss_mib(self) -> float:
+        return self.status("VmRSS") / 1024
+
+    def peak_mib(self) -> float:
+        return self.status("VmHWM") / 1024
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def metric(self, name: str, *must: str) -> float:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return -1.0
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{") and all(m in line for m in must))
+
+    def writes(self) -> float:
+        return sum(self.metric("rest_client_resource_requests_total", f'method="{m}"') for m in WRITES) \
+            - sum(self.metric("rest_client_resource_requests_total", f'method="{m}"', 'resource="leases"') for m in WRITES)
+
+    def reconciles(self) -> float:
+        return self.metric("controller_runtime_reconcile_total", f'controller="{CONTROLLER}"')
+
+    def idle(self) -> bool:
+        return self.metric("workqueue_depth", f'name="{CONTROLLER}"') == 0 and \
+            self.metric("controller_runtime_active_workers", f'controller="{CONTROLLER}"') == 0
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+
+def wait(cond, timeout: float, what: str, interval: float = 0.01) -> float:
+    deadline = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > deadline:
+            raise TimeoutError(what)
+        time.sleep(interval)
+    return time.perf_counter()
+
+
+def count_jobs(h: httpx.Client) -> int:
+    meta = h.get(f"/apis/batch/v1/namespaces/{NS}/jobs", params={"limit": 1}).json()
+    return len(meta.get("items") or []) + int(meta["metadata"].get("remainingItemCount") or 0)
+
+
+def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None:
+    for i in range(args.restarts):
+        load = os.getloadavg()[0]
+        op = Operator(kc, args.workers, logs / f"restart-{i}.log")
+        ready_at = wait(op.ready, 300, "ready")
+        ready, rss_ready, cpu_ready = ready_at - op.t0, op.rss_mib(), op.cpu()
+        w0 = op.writes()
+        done_at = wait(lambda: op.reconciles() >= args.count and op.idle(), 600, "first pass", interval=0.05)
+        rss_pass, cpu_pass, writes = op.rss_mib(), op.cpu() - cpu_ready, op.writes() - w0
+        peak_restart = op.peak_mib()
+        op.stop()
+        print(f"restart {i + 1} (load {load:.1f}): ready in {ready:.2f} s (CPU {cpu_ready:.2f} s, RSS {rss_ready:.0f} MiB); "
+              f"first pass done {done_at - op.t0:.2f} s after start ({done_at - ready_at:.2f} s after ready, "
+              f"CPU {cpu_pass:.2f} s, RSS {rss_pass:.0f} MiB, peak {peak_restart:.0f} MiB); "
+              f"writes in the first pass: {writes:.0f}", flush=True)
+    print(f"target: ready <= 1.5 s; RSS after restart <= creating run's peak ({peak:.0f} MiB)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=10000)
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--restarts", type=int, default=2)
+    p.add_argument("--kubeconfig", help="an existing control plane holding --count KaiwoJobs and their Jobs")
+    p.add_argument("--peak", type=float, default=0.0, help="with --kubeconfig: the creating run's peak RSS, MiB")
+    args = p.parse_args()
+    if args.kubeconfig:
+        with tempfile.TemporaryDirectory(prefix="bench-restart-") as d:
+            restarts(args.kubeconfig, args, Path(d), args.peak)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as d:
+        plane = ControlPlane(directory=Path(d), assets=locate_assets(build=True))
+        plane.start(install_crds=True)
+        kc = str(plane.kubeconfig)
+        try:
+            async def setup() -> None:
+                client = await Client.from_kubeconfig(kc)
+                await arrange(client, [NS], args.count)
+                await client.close()
+
+            t = time.perf_counter()
+            asyncio.run(setup())
+            print(f"created {args.count} KaiwoJobs in {time.perf_counter() - t:.1f} s")
+            with plane.http() as h:
+                op = Operator(kc, args.workers, Path(d) / "create.log")
+                wait(lambda: count_jobs(h) >= args.count, 1800, "all Jobs created", interval=1.0)
+                wait(op.idle, 600, "creating run idle", interval=0.5)
+                created_in, peak = time.perf_counter() - op.t0, op.peak_mib()
+                op.stop()
+                print(f"creating run: {args.count} Jobs in {created_in:.1f} s; peak RSS {peak:.0f} MiB")
+                restarts(kc, args, Path(d), peak)
+        finally:
+            plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -144,7 +144,7 @@ def _watch_children(ctl: Any, spec: WorkloadKind, shared: SharedCaches) -> None:
         elif c.watch == MAPPED and c.map is not None:
             ctl.watches(inf, c.map, predicates=[ResourceVersionChanged()])
     if spec.pod_workloads:
-        ctl.watches(shared.pods, service_pod_owner, predicates=[_NoUpdates()])
+        ctl.watches(shared.pods, service_pod_owner(shared.own[spec.kind]), predicates=[_NoUpdates()])
 
 
 def setup(

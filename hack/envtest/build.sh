@@ -93,17 +93,19 @@ if [ ! -f "$crds/.done" ]; then
   chmod -R u+w "$crds"
   touch "$crds/.done"
 fi
-if [ ! -f "$crds/kueue/.done" ]; then
-  # Kueue's webhook configurations and the CRD patches that turn on its conversion
-  # webhook; kaiwo_ctrl.local.kueue rewrites their service references to loopback URLs
-  rm -rf "$crds/kueue"; mkdir -p "$crds/kueue/crd-patches"
-  log "extracting Kueue's webhook manifests"
+if [ ! -f "$crds/kueue/.complete" ]; then
+  # Kueue's webhook configurations, all its CRDs (it watches some the operator does not
+  # use, e.g. MultiKueue's) and the CRD patches that turn on its conversion webhook;
+  # kaiwo_ctrl.local.kueue rewrites their service references to loopback URLs
+  rm -rf "$crds/kueue"; mkdir -p "$crds/kueue/crd-patches" "$crds/kueue/crds"
+  log "extracting Kueue's webhook manifests and CRDs"
   d=$(modir "sigs.k8s.io/kueue@${KUEUE_VERSION}")
   cp "$d/config/components/webhook/manifests.yaml" "$d/config/components/webhook/kustomization.yaml" "$crds/kueue/"
   cp "$d/config/components/crd/kustomization.yaml" "$crds/kueue/crd-kustomization.yaml"
   cp "$d"/config/components/crd/patches/webhook_in_*.yaml "$crds/kueue/crd-patches/"
+  cp "$d"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$crds/kueue/crds/"
   chmod -R u+w "$crds/kueue"
-  touch "$crds/kueue/.done"
+  touch "$crds/kueue/.complete"
 fi
 mkdir -p "$assets"
 ln -sfn "$bin" "$assets/bin"

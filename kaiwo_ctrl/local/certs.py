@@ -4,6 +4,10 @@ Three independent CAs, as a real cluster has: one signs the apiserver's
 serving certificate, one signs client certificates (user = CN, groups = O),
 and one key pair signs service-account tokens. Everything is ECDSA P-256 and
 valid for a week: the control plane is for development and tests only.
+
+Kueue's webhook CA is the exception (``TinyCA(..., use_rsa=True)``): Kueue's
+certificate rotator only accepts an RSA CA key in PKCS#1 form, see
+:mod:`kaiwo_ctrl.local.kueue`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = dt.timedelta(days=7)
@@ -27,12 +31,17 @@ def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    # RSA keys as PKCS#1 ("RSA PRIVATE KEY"), the form Go's x509.ParsePKCS1PrivateKey reads
+    fmt = serialization.PrivateFormat.TraditionalOpenSSL if isinstance(key, rsa.RSAPrivateKey) else serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
+
+
+def _new_key(use_rsa: bool) -> PrivateKey:
+    return rsa.generate_private_key(65537, 2048) if use_rsa else ec.generate_private_key(ec.SECP256R1())
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:
@@ -42,7 +51,7 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 @dataclass
 class CertPair:
     cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
+    key: PrivateKey
 
     @property
     def cert_pem(self) -> bytes:
@@ -59,20 +68,31 @@ class CertPair:
 
 
 class TinyCA:
-    """A self-signed CA that issues leaf certificates."""
+    """A self-signed CA that issues leaf certificates (of its own key type and validity)."""
 
-    def __init__(self, cn: str = "kaiwo-ctrl-local-ca") -> None:
+    use_rsa: bool = False
+    validity: dt.timedelta = _VALIDITY
+
+    def __init__(
+        self,
+        cn: str = "kaiwo-ctrl-local-ca",
+        *,
+        use_rsa: bool = False,
+        validity: dt.timedelta = _VALIDITY,
+        dns: tuple[str, ...] = (),
+    ) -> None:
         now = dt.datetime.now(dt.timezone.utc)
-        key = ec.generate_private_key(ec.SECP256R1())
+        self.use_rsa, self.validity = use_rsa, validity
+        key = _new_key(use_rsa)
         name = _name(cn, ("kaiwo-ctrl",))
-        cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(name)
             .issuer_name(name)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -88,9 +108,10 @@ class TinyCA:
                 ),
                 critical=True,
             )
-            .sign(key, hashes.SHA256())
         )
-        self.pair = CertPair(cert, key)
+        if dns:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]), critical=False)
+        self.pair = CertPair(builder.sign(key, hashes.SHA256()), key)
 
     def issue(
         self,
@@ -102,7 +123,7 @@ class TinyCA:
         ips: tuple[str, ...] = (),
     ) -> CertPair:
         now = dt.datetime.now(dt.timezone.utc)
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = _new_key(self.use_rsa)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
@@ -111,7 +132,7 @@ class TinyCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + self.validity)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )

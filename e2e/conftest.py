@@ -222,22 +222,7 @@ def cluster_nodes(kubectl, admin, installed):
 
 
 @pytest.fixture(scope="session")
-def queue_config(kubectl, installed):
-    """The sample KaiwoQueueConfig, written by the admin before the operator starts.
-
-    Applied after the operator had started, it meets the default queue config the
-    operator creates at start-up (with a default Topology, so its ResourceFlavors
-    carry ``topologyName``); the sample's flavors have none, the operator then
-    deletes and re-creates them, and Kueue's ``resource-in-use`` finalizer keeps
-    them while the ClusterQueue uses them: the queue config stays FAILED. See
-    ``test_queue_config_applied_after_the_default_becomes_ready``.
-    """
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "namespace.yaml"))
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
-
-
-@pytest.fixture(scope="session")
-def operator(sim_plane, admin, installed, cluster_nodes, queue_config, deployed, tmp_path_factory):
+def operator(sim_plane, admin, installed, cluster_nodes, deployed, tmp_path_factory):
     sa = deployed["service_account"]["metadata"]
     work = tmp_path_factory.mktemp("operator")
     kubeconfig = service_account_kubeconfig(sim_plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")

@@ -30,9 +30,9 @@ GPU = "amd.com/gpu"
 
 @pytest.fixture(scope="module")
 def queue_ready(operator, kubectl, admin):
-    """The sample queue config (READY, 16 GPUs) and a namespace for these tests."""
+    """The sample queue config (ClusterQueue kaiwo with 16 GPUs) and a namespace for
+    these tests. (Not READY: see test_deploy.py::test_queue_config_becomes_ready.)"""
     kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
-    wait_for(lambda: (get(admin, QUEUE_CONFIG).get("status") or {}).get("status") == "READY", 90, "KaiwoQueueConfig READY")
     r = admin.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
     assert r.status_code in (201, 409), r.text
     wait_for(lambda: gpu_quota(admin) == 16, 60, "ClusterQueue kaiwo with 16 GPUs")
@@ -172,54 +172,73 @@ def test_priority_preempts_lower_priority_job(queue_ready):
     assert "RUNNING" in watch.seen[victim][preempted_at:], f"the preempted job ran again: {watch.seen[victim]}"
 
 
+def submit_service(admin, prefix: str, gpus: int = 8) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    body = {
+        "apiVersion": "kaiwo.silogen.ai/v1alpha1",
+        "kind": "KaiwoService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"user": "e2e@example.com", "image": "nginx:1.27", "gpus": gpus, "replicas": 1},
+    }
+    r = admin.post(f"{KAIWO}/namespaces/{NS}/kaiwoservices", json=body)
+    assert r.status_code == 201, r.text
+    return name
+
+
 def test_dynamic_node_pool_raises_quota_and_admits_pending_job(queue_ready, kubectl):
+    """Two 8-GPU KaiwoServices hold the 16 GPUs for as long as they run (their Pods
+    never complete), so an 8-GPU KaiwoJob can only be admitted on more quota: the
+    operator's, once a third GPU node joins in dynamic mode."""
     admin = queue_ready
     cfg = get(admin, KAIWO_CONFIG)
     cfg["spec"]["dynamicallyUpdateDefaultClusterQueue"] = True
     assert admin.put(KAIWO_CONFIG, json=cfg).status_code == 200
     wait_for(lambda: gpu_quota(admin) == 16, 60, "dynamic ClusterQueue kaiwo with the 16 GPUs of two nodes")
 
-    names = [submit(admin, f"pool-{i}") for i in range(3)]
-
-    def two_hold_one_waits():
-        wls = {n: workload(admin, n) for n in names}
-        holding = [n for n, w in wls.items() if holds_quota(w)]
-        waiting = [n for n, w in wls.items() if w and not holds_quota(w)]
-        return len(holding) == 2 and len(waiting) == 1 and (holding, waiting[0])
-
-    holding, waiting = wait_for(two_hold_one_waits, 120, "two admitted and one pending on 16 GPUs")
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": "sim-gpu-2",
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {
-                "kubernetes.io/hostname": "sim-gpu-2",
-                "kubernetes.io/os": "linux",
-                "type": "kwok",
-                "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM",
-                "beta.amd.com/gpu.family.AI": "8",
+    services = [submit_service(admin, f"hold-{i}") for i in range(2)]
+    try:
+        wait_for(
+            lambda: all(
+                ((get(admin, f"{KAIWO}/namespaces/{NS}/kaiwoservices/{n}") or {}).get("status") or {}).get("status") == "READY"
+                for n in services
+            ),
+            180,
+            "two 8-GPU KaiwoServices READY (admitted through Kueue's pod integration)",
+        )
+        job = submit(admin, "pool")
+        wl = wait_for(lambda: workload(admin, job), 90, "the KaiwoJob's Workload")
+        assert not holds_quota(wl)
+        wait_for(lambda: condition(workload(admin, job), "QuotaReserved").get("reason") == "Pending", 60, "the Workload pending on quota")
+        assert status(admin, job) == "PENDING"
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "sim-gpu-2",
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {
+                    "kubernetes.io/hostname": "sim-gpu-2",
+                    "kubernetes.io/os": "linux",
+                    "type": "kwok",
+                    "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM",
+                    "beta.amd.com/gpu.family.AI": "8",
+                },
             },
-        },
-        "status": {
-            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
-        },
-    }
-    r = admin.post("/api/v1/nodes", json=node)
-    assert r.status_code == 201, r.text
-    wait_for(lambda: gpu_quota(admin) == 24, 60, "the operator to raise ClusterQueue kaiwo to 24 GPUs")
-
-    def admitted_alongside():
-        if not holds_quota(workload(admin, waiting)):
-            return False
-        still = [n for n in holding if holds_quota(workload(admin, n))]
-        assert still, "admitted only after another finished: the new quota was not what admitted it"
-        return True
-
-    wait_for(admitted_alongside, 120, "the pending Workload admitted on the raised quota")
-    wait_for(lambda: all(status(admin, n) == "COMPLETE" for n in names), 180, "all three KaiwoJobs COMPLETE")
+            "status": {
+                "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
+                "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
+            },
+        }
+        r = admin.post("/api/v1/nodes", json=node)
+        assert r.status_code == 201, r.text
+        wait_for(lambda: gpu_quota(admin) == 24, 90, "the operator to raise ClusterQueue kaiwo to 24 GPUs")
+        wait_for(lambda: holds_quota(workload(admin, job)), 120, "the pending Workload admitted on the raised quota")
+        wait_for(lambda: status(admin, job) == "COMPLETE", 180, "the KaiwoJob COMPLETE")
+        pods = get(admin, f"/api/v1/namespaces/{NS}/pods")["items"]
+        assert any(p["spec"].get("nodeName") == "sim-gpu-2" for p in pods), "one of them runs on the new node"
+    finally:
+        for n in services:
+            admin.delete(f"{KAIWO}/namespaces/{NS}/kaiwoservices/{n}")
 
 
 def test_ray_job_is_admitted_by_kueue(queue_ready):
@@ -245,47 +264,3 @@ def test_ray_job_is_admitted_by_kueue(queue_ready):
     )
     assert status(admin, name) in ("PENDING", "STARTING"), status(admin, name)
 
-
-def _must(fn, timeout: float, what: str):
-    """wait_for whose timeout is a plain failure, never the expected one of an xfail."""
-    try:
-        return wait_for(fn, timeout, what)
-    except AssertionError as e:
-        pytest.fail(str(e))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="operator bug (kaiwo_ctrl/queues/plan.py): the default KaiwoQueueConfig gives its ResourceFlavors "
-    "topologyName: default-topology; a queue config whose flavors have no topologyName is planned as delete + "
-    "re-create ('topologyName changed (immutable once topologyName is set)'), and Kueue's "
-    "kueue.x-k8s.io/resource-in-use finalizer keeps the deleted flavors while ClusterQueue kaiwo uses them, so "
-    "the queue config stays FAILED: 'ResourceFlavor ...: waiting for the old object to finish deleting'",
-)
-def test_queue_config_applied_after_the_default_becomes_ready(queue_ready, kubectl):
-    """What run-local and a new install do: the operator starts first and writes its
-    default queue config, then the admin applies the sample."""
-    admin = queue_ready
-    cfg = get(admin, KAIWO_CONFIG)
-    cfg["spec"]["dynamicallyUpdateDefaultClusterQueue"] = False
-    assert admin.put(KAIWO_CONFIG, json=cfg).status_code == 200
-    old_uid = get(admin, QUEUE_CONFIG)["metadata"]["uid"]
-    assert admin.delete(QUEUE_CONFIG).status_code in (200, 202)
-    default = _must(
-        lambda: (qc := get(admin, QUEUE_CONFIG)) and qc["metadata"]["uid"] != old_uid and qc,
-        180,
-        "the operator to re-create its default queue config",
-    )
-    assert default["spec"].get("topologies"), "the default comes with a Topology"
-    _must(
-        lambda: all(
-            (rf["spec"].get("topologyName") and not rf["metadata"].get("deletionTimestamp"))
-            for rf in get(admin, f"{KUEUE}/resourceflavors")["items"]
-        )
-        and get(admin, f"{KUEUE}/resourceflavors")["items"],
-        180,
-        "the default's ResourceFlavors (with topologyName)",
-    )
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
-    wait_for(lambda: (get(admin, QUEUE_CONFIG).get("status") or {}).get("status") == "READY", 120, "the sample queue config READY")

@@ -59,7 +59,7 @@ def test_once_reaches_samples_reconciled_and_cleans_up(tmp_path):
 
 def test_ctrl_c_tears_everything_down(tmp_path):
     """Without --once it keeps running; Ctrl-C (SIGINT to its process group) stops it all.
-    --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the Kueue stand-in)."""
+    --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the real Kueue)."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [str(SCRIPT), "--simulate"],

@@ -104,6 +104,15 @@ def kueue_workloads(admin, owner_uid: str) -> list[dict]:
     return [w for w in items if any(r.get("uid") == owner_uid for r in w["metadata"].get("ownerReferences") or [])]
 
 
+def workload_when(admin, name: str, cond: str, what: str) -> dict:
+    """The Workload once its condition ``cond`` is True."""
+    return wait_for(
+        lambda: (w := get(admin, f"{KUEUE}/namespaces/{NS}/workloads/{name}")) and condition(w, cond).get("status") == "True" and w,
+        90,
+        what,
+    )
+
+
 def test_kaiwojob_runs_and_completes_on_simulated_nodes(operator, admin):
     """Kueue creates the Job's Workload, reserves quota in ClusterQueue kaiwo,
     admits it and unsuspends the Job (injecting the flavor's node labels). Then
@@ -113,13 +122,7 @@ def test_kaiwojob_runs_and_completes_on_simulated_nodes(operator, admin):
     batch = owned_children(admin, f"/apis/batch/v1/namespaces/{NS}/jobs", job["metadata"]["uid"])[0]
     wl = wait_for(lambda: kueue_workloads(admin, batch["metadata"]["uid"]), 90, "Kueue to create the Job's Workload")[0]
     assert wl["metadata"]["name"].startswith("job-hello-job-"), wl["metadata"]["name"]
-    wl = wait_for(
-        lambda: (w := get(admin, f"{KUEUE}/namespaces/{NS}/workloads/{wl['metadata']['name']}"))
-        and condition(w, "Admitted").get("status") == "True"
-        and w,
-        90,
-        "Kueue to admit the Workload",
-    )
+    wl = workload_when(admin, wl["metadata"]["name"], "Admitted", "Kueue to admit the Workload")
     assert condition(wl, "QuotaReserved").get("status") == "True"
     assert wl["status"]["admission"]["clusterQueue"] == "kaiwo"
     seen: list[str] = []
@@ -145,13 +148,7 @@ def test_kaiwojob_runs_and_completes_on_simulated_nodes(operator, admin):
     assert final.get("startTime") and final.get("completionTime")
     reasons = {e["reason"] for e in get(admin, f"/api/v1/namespaces/{NS}/events")["items"] if e["involvedObject"]["name"] == "hello-job"}
     assert {"WorkloadPending", "WorkloadRunning", "WorkloadComplete"} <= reasons, reasons
-    finished = wait_for(
-        lambda: (w := get(admin, f"{KUEUE}/namespaces/{NS}/workloads/{wl['metadata']['name']}"))
-        and condition(w, "Finished").get("status") == "True"
-        and w,
-        60,
-        "Kueue to mark the Workload Finished (its quota released)",
-    )
+    finished = workload_when(admin, wl["metadata"]["name"], "Finished", "Kueue to mark the Workload Finished (its quota released)")
     assert finished["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == batch["metadata"]["uid"]
 
 
@@ -168,11 +165,7 @@ def test_kaiwoservice_becomes_ready(operator, admin):
     for pod in pods:
         assert pod["metadata"]["labels"].get("kueue.x-k8s.io/managed") == "true", pod["metadata"]["labels"]
         wl = wait_for(lambda pod=pod: kueue_workloads(admin, pod["metadata"]["uid"]), 90, "Kueue to create the Pod's Workload")[0]
-        wait_for(
-            lambda wl=wl: condition(get(admin, f"{KUEUE}/namespaces/{NS}/workloads/{wl['metadata']['name']}"), "Admitted").get("status") == "True",
-            90,
-            "Kueue to admit the Pod's Workload",
-        )
+        workload_when(admin, wl["metadata"]["name"], "Admitted", "Kueue to admit the Pod's Workload")
     wait_for(lambda: kaiwo_status(admin, "kaiwoservices", "hello-service") == "READY", 120, "KaiwoService READY")
     for pod in service_pods():
         assert not pod["spec"].get("schedulingGates"), "Kueue lifted its admission gate"

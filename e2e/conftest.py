@@ -2,7 +2,7 @@
 ``config/default`` deploys it.
 
 * ``sim_plane``: real etcd + kube-apiserver + kube-controller-manager +
-  kube-scheduler + kwok, plus the kaiwo-scheduler (see :mod:`e2e.simcluster`).
+  kube-scheduler + kwok + Kueue, plus the kaiwo-scheduler (see :mod:`e2e.simcluster`).
   Only third-party CRDs are preinstalled; ``config/default`` brings ours.
 * ``installed``: ``kubectl apply -k config/default`` for real. The manager
   Deployment is then scaled to 0: there is no container runtime here, so the
@@ -37,6 +37,9 @@ from kaiwo_ctrl.local.controlplane import _b64, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: How long a simulated Job Pod runs: long enough that a test can act while two
+#: jobs hold the GPU quota (submit a higher-priority job, add a node).
+E2E_POD_RUN_MS = int(os.environ.get("KAIWO_SIM_POD_RUN_MS", "20000"))
 
 
 def tool(name: str) -> str:
@@ -61,6 +64,20 @@ def wait_for(fn, timeout: float, what: str, interval: float = 0.2):
         time.sleep(interval)
 
 
+def get(admin: httpx.Client, path: str) -> dict | None:
+    """GET an object or list; None when it does not exist."""
+    r = admin.get(path)
+    if r.status_code == 404:
+        return None
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def condition(obj: dict | None, type_: str) -> dict:
+    """The status condition of that type ({} when absent)."""
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
 def render(path: str) -> list[dict]:
     out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -81,7 +98,7 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def sim_plane(tmp_path_factory: pytest.TempPathFactory):
-    plane = start_sim_plane(tmp_path_factory.mktemp("sim-plane"))
+    plane = start_sim_plane(tmp_path_factory.mktemp("sim-plane"), run_ms=E2E_POD_RUN_MS)
     yield plane
     plane.stop()
 

@@ -101,7 +101,7 @@ def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
 
 def test_ctrl_c_tears_everything_down(tmp_path):
     """Without --once it keeps running; Ctrl-C (SIGINT to its process group) stops it all.
-    --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the Kueue stand-in)."""
+    --simulate: the sample KaiwoJob runs on kwok nodes (admitted by the real Kueue)."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
         [str(SCRIPT), "--simulate"],

@@ -11,11 +11,14 @@
 # 5. "samples reconciled" once every sample has a status and its children; then it keeps
 #    running until Ctrl-C and tears everything down. --once (or RUN_LOCAL_ONCE=1) exits 0 there.
 #
-# --simulate also runs kube-controller-manager, kube-scheduler and kwok (Jobs create Pods that
-# "run" on the simulated sample Nodes; the scheduler also serves the kaiwo-scheduler profile
-# that the operator's pods ask for), and a Kueue stand-in that admits the sample workloads the way
-# Kueue would (Kueue itself does not run locally). The KaiwoJob then goes RUNNING -> COMPLETE
-# and the KaiwoService READY.
+# --simulate also runs kube-controller-manager, kube-scheduler, kwok and the real Kueue controller
+# manager (built from its Go module by ./hack/setup.sh): Kueue admits the sample workloads (it
+# creates their Workloads, reserves quota in the ClusterQueue the operator wrote and unsuspends
+# them), Jobs create Pods that the scheduler (which also serves the kaiwo-scheduler profile the
+# operator's pods ask for) binds to the simulated sample Nodes, and kwok runs them. The KaiwoJob
+# then goes PENDING -> STARTING -> RUNNING -> COMPLETE and the KaiwoService READY.
+# Processes, each logging to DIR/plane/logs/: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok, kueue; and the operator (DIR/operator.log).
 #
 # With KUBECONFIG set (a real cluster), the operator's CRDs are applied from config/crd; Kueue,
 # KubeRay and AppWrapper must already be installed there. Only the sample namespace, KaiwoJob
@@ -97,7 +100,7 @@ else
   say "starting a local control plane: kaiwo-ctrl ${up_args[*]}"
   local_plane=1
   if [ "$simulate" = 1 ]; then
-    # the same binaries and CRDs, with kwok stages in which a Job's Pod runs for a few seconds
+    # the same binaries, CRDs and Kueue, with kwok stages in which a Job's Pod runs for a few seconds
     KAIWO_CTRL_ASSETS=$("$py" -m e2e.simcluster assets --dir "$dir/assets") "$kaiwo" "${up_args[@]}"
   else
     "$kaiwo" "${up_args[@]}"
@@ -164,11 +167,6 @@ if [ -n "${KUBECONFIG:-}" ]; then
 else
   k apply -k config/samples
 fi
-if [ "$simulate" = 1 ]; then
-  say "starting the Kueue stand-in (admits the sample workloads as Kueue would)"
-  setsid "$py" -m e2e.simcluster kueue-stand-in --dir "$dir/plane" --namespace kaiwo-samples >"$dir/kueue-stand-in.out" 2>&1 &
-  pids+=($!)
-fi
 
 ns=kaiwo-samples
 # has_status KIND NAME: the object has status.status
@@ -212,7 +210,7 @@ until reconciled; do
 done
 
 echo
-k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,kaiwojobs,kaiwoservices,jobs,deployments,models -A
+k get kaiwoqueueconfigs,clusterqueues,resourceflavors,localqueues,workloads.kueue.x-k8s.io,kaiwojobs,kaiwoservices,jobs,deployments,models -A
 k get pods -n $ns -l app=model -o wide
 echo
 say "samples reconciled ($(elapsed) after start)"

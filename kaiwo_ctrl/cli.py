@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     lsub = local.add_subparsers(dest="local_cmd", required=True)
     up = lsub.add_parser("up", help="start it and return; processes keep running")
     up.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
-    up.add_argument("--simulate", action="store_true", help="also run controller-manager, scheduler and kwok (Pods run on fake Nodes)")
+    up.add_argument("--simulate", action="store_true", help="also run controller-manager, scheduler, kwok (Pods run on fake Nodes) and Kueue")
     down = lsub.add_parser("down", help="stop it and remove its directory")
     down.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
     down.add_argument("--keep", action="store_true", help="keep the directory (logs)")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from kaiwo_ctrl.local.controlplane import ControlPlane, ControlPlaneError, locate_assets
+    from kaiwo_ctrl.local.controlplane import SIMULATE_COMPONENTS, ControlPlane, ControlPlaneError, locate_assets
 
     if args.local_cmd == "down":
         stopped = ControlPlane.down(args.dir, remove=not args.keep)
@@ -175,12 +175,12 @@ def _local(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         assets = locate_assets()
-        components = ("controller-manager", "scheduler", "kwok") if args.simulate else ()
+        components = SIMULATE_COMPONENTS if args.simulate else ()
         cp = ControlPlane(args.dir.resolve(), assets, components=components).start()
     except ControlPlaneError as e:
         print(f"local up failed: {e}", file=sys.stderr)
         return 1
-    print(f"control plane up in {time.monotonic() - t0:.1f}s at {cp.url}")
+    print(f"control plane up in {time.monotonic() - t0:.1f}s at {cp.url} ({', '.join(cp.processes)})")
     print(f"kubeconfig: {cp.kubeconfig}")
     print(f"  export KUBECONFIG={cp.kubeconfig}")
     print(f"stop with: kaiwo-ctrl local down --dir {args.dir}")

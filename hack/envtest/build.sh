@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-# from Go modules into a cache outside the repository, and extracts the
-# third-party CRDs from the module zips their projects publish.
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and
+# the Kueue controller manager from Go modules into a cache outside the
+# repository, and extracts the third-party CRDs (and Kueue's webhook and CRD
+# conversion manifests) from the module zips their projects publish.
 #
 # Idempotent: binaries are keyed by the component versions and go.sum hashes,
 # CRDs by the CRD versions, so changing one never rebuilds the other.
-# The last line of stdout is the assets directory (bin/, crds/, kwok-stages.yaml).
+# The last line of stdout is the assets directory
+# (bin/, kueue-bin/, crds/, kueue-manifests/, kwok-stages.yaml).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
@@ -14,9 +16,11 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}/envtest"
 bin_stamp=$(printf '%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" | cat - "$here/k8s/go.sum" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
 crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$KWOK_VERSION" referencegrants | sha256sum | cut -c1-12)
+kueue_stamp=$(printf '%s\n' "$KUEUE_VERSION" | cat - "$here/kueue/go.sum" | sha256sum | cut -c1-12)
 bin="$cache_root/bin-${K8S_VERSION}-${bin_stamp}"
+kueue_bin="$cache_root/kueue-${KUEUE_VERSION}-${kueue_stamp}"
 crds="$cache_root/crds-${crd_stamp}"
-assets="$cache_root/assets-${bin_stamp}-${crd_stamp}"
+assets="$cache_root/assets-${bin_stamp}-${crd_stamp}-${kueue_stamp}"
 log() { echo "[envtest-build] $*" >&2; }
 
 need_bin=0
@@ -45,6 +49,18 @@ if [ "$need_bin" = 1 ]; then
     (cd "$(mktemp -d)" && GOBIN="$bin" GOFLAGS=-trimpath go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}")
   fi
   log "binaries built in $(( $(date +%s) - t0 ))s"
+fi
+
+if [ ! -x "$kueue_bin/kueue" ]; then
+  # sigs.k8s.io/kueue/cmd/kueue through the wrapper module in hack/envtest/kueue
+  # (its go.sum is Kueue's own, tidied: see the README there)
+  mkdir -p "$kueue_bin"
+  log "building kueue ${KUEUE_VERSION} (cold: several minutes on 2 cores)"
+  t0=$(date +%s)
+  vpkg=sigs.k8s.io/kueue/pkg/version
+  (cd "$here/kueue" && go build -ldflags "-s -w -X $vpkg.GitVersion=${KUEUE_VERSION} -X $vpkg.GitCommit=module-${KUEUE_VERSION} -X $vpkg.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+      -o "$kueue_bin/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue) && mv "$kueue_bin/kueue.tmp" "$kueue_bin/kueue"
+  log "kueue built in $(( $(date +%s) - t0 ))s"
 fi
 
 modir() {
@@ -77,8 +93,24 @@ if [ ! -f "$crds/.done" ]; then
   chmod -R u+w "$crds"
   touch "$crds/.done"
 fi
+if [ ! -f "$crds/kueue/.complete" ]; then
+  # Kueue's webhook configurations, all its CRDs (it watches some the operator does not
+  # use, e.g. MultiKueue's) and the CRD patches that turn on its conversion webhook;
+  # kaiwo_ctrl.local.kueue rewrites their service references to loopback URLs
+  rm -rf "$crds/kueue"; mkdir -p "$crds/kueue/crd-patches" "$crds/kueue/crds"
+  log "extracting Kueue's webhook manifests and CRDs"
+  d=$(modir "sigs.k8s.io/kueue@${KUEUE_VERSION}")
+  cp "$d/config/components/webhook/manifests.yaml" "$d/config/components/webhook/kustomization.yaml" "$crds/kueue/"
+  cp "$d/config/components/crd/kustomization.yaml" "$crds/kueue/crd-kustomization.yaml"
+  cp "$d"/config/components/crd/patches/webhook_in_*.yaml "$crds/kueue/crd-patches/"
+  cp "$d"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$crds/kueue/crds/"
+  chmod -R u+w "$crds/kueue"
+  touch "$crds/kueue/.complete"
+fi
 mkdir -p "$assets"
 ln -sfn "$bin" "$assets/bin"
+ln -sfn "$kueue_bin" "$assets/kueue-bin"
 ln -sfn "$crds/crds" "$assets/crds"
+ln -sfn "$crds/kueue" "$assets/kueue-manifests"
 ln -sfn "$crds/kwok-stages.yaml" "$assets/kwok-stages.yaml"
 echo "$assets"

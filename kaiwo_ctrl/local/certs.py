@@ -6,6 +6,10 @@ and one key pair signs service-account tokens. Everything is ECDSA P-256 and
 valid for a week: the control plane is for development and tests only.
 The admission webhooks' TLS (``kaiwo_ctrl.webhooks.tls``) issues its CA and
 serving certificate with the same class and its own validity.
+
+Kueue's webhook CA is the exception (``TinyCA(..., use_rsa=True)``): Kueue's
+certificate rotator only accepts an RSA CA key in PKCS#1 form, see
+:mod:`kaiwo_ctrl.local.kueue`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = dt.timedelta(days=7)
@@ -29,12 +33,17 @@ def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    # RSA keys as PKCS#1 ("RSA PRIVATE KEY"), the form Go's x509.ParsePKCS1PrivateKey reads
+    fmt = serialization.PrivateFormat.TraditionalOpenSSL if isinstance(key, rsa.RSAPrivateKey) else serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
+
+
+def _new_key(use_rsa: bool) -> PrivateKey:
+    return rsa.generate_private_key(65537, 2048) if use_rsa else ec.generate_private_key(ec.SECP256R1())
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:
@@ -44,7 +53,7 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 @dataclass
 class CertPair:
     cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
+    key: PrivateKey
 
     @property
     def cert_pem(self) -> bytes:
@@ -61,15 +70,25 @@ class CertPair:
 
 
 class TinyCA:
-    """A self-signed CA that issues leaf certificates."""
+    """A self-signed CA that issues leaf certificates (of its own key type and validity)."""
+
+    use_rsa: bool = False
+    validity: dt.timedelta = _VALIDITY
 
     def __init__(
-        self, cn: str = "kaiwo-ctrl-local-ca", validity: dt.timedelta = _VALIDITY, now: dt.datetime | None = None
+        self,
+        cn: str = "kaiwo-ctrl-local-ca",
+        validity: dt.timedelta = _VALIDITY,
+        now: dt.datetime | None = None,
+        *,
+        use_rsa: bool = False,
+        dns: tuple[str, ...] = (),
     ) -> None:
         now = now or dt.datetime.now(dt.timezone.utc)
-        key = ec.generate_private_key(ec.SECP256R1())
+        self.use_rsa, self.validity = use_rsa, validity
+        key = _new_key(use_rsa)
         name = _name(cn, ("kaiwo-ctrl",))
-        cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(name)
             .issuer_name(name)
@@ -92,15 +111,17 @@ class TinyCA:
                 ),
                 critical=True,
             )
-            .sign(key, hashes.SHA256())
         )
-        self.pair = CertPair(cert, key)
+        if dns:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]), critical=False)
+        self.pair = CertPair(builder.sign(key, hashes.SHA256()), key)
 
     @classmethod
     def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> "TinyCA":
         """An existing CA (e.g. read back from a Secret) that can issue more leaves."""
         ca = cls.__new__(cls)
         key = serialization.load_pem_private_key(key_pem, None)
+        ca.use_rsa = isinstance(key, rsa.RSAPrivateKey)
         ca.pair = CertPair(x509.load_pem_x509_certificate(cert_pem), key)  # type: ignore[arg-type]
         return ca
 
@@ -112,11 +133,11 @@ class TinyCA:
         server: bool = False,
         dns: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
-        validity: dt.timedelta = _VALIDITY,
+        validity: dt.timedelta | None = None,
         now: dt.datetime | None = None,
     ) -> CertPair:
         now = now or dt.datetime.now(dt.timezone.utc)
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = _new_key(self.use_rsa)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
@@ -125,7 +146,7 @@ class TinyCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(min(now + validity, self.pair.cert.not_valid_after_utc))
+            .not_valid_after(min(now + (validity or self.validity), self.pair.cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )

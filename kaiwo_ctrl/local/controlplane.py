@@ -8,9 +8,10 @@ module zips their projects publish. Nothing here is a fake: the API server is
 the real one, so admission, defaulting, CEL validation, watches, 409s and 410s
 all behave as in a cluster.
 
-Optionally (``components=("controller-manager", "scheduler", "kwok")``) the
-job/deployment/GC controllers, the scheduler and kwok run too, so Jobs create
-Pods that are scheduled onto kwok-simulated Nodes and finish.
+Optionally (``components=("controller-manager", "scheduler", "kwok", "kueue")``)
+the job/deployment/GC controllers, the scheduler, kwok and the real Kueue
+controller manager run too, so Kueue admits workloads whose Jobs create Pods
+that are scheduled onto kwok-simulated Nodes and finish.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from kaiwo_ctrl.local.certs import TinyCA
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = float(os.environ.get("KAIWO_CTRL_START_TIMEOUT", "90"))
 STOP_TIMEOUT = 20.0
+#: What ``local up --simulate`` runs besides etcd and kube-apiserver, in start order.
+SIMULATE_COMPONENTS = ("controller-manager", "scheduler", "kwok", "kueue")
 
 
 class ControlPlaneError(RuntimeError):
@@ -44,9 +47,13 @@ class Assets:
     bin_dir: Path
     crd_dirs: list[Path]
     kwok_stages: Path | None = None
+    #: Kueue's webhook manifests and CRD conversion patches (see kaiwo_ctrl.local.kueue)
+    kueue_manifests: Path | None = None
 
     def binary(self, name: str) -> Path:
         p = self.bin_dir / name
+        if name == "kueue":
+            p = self.bin_dir.parent / "kueue-bin" / name
         if not p.is_file():
             raise ControlPlaneError(f"missing binary {p}; run ./hack/envtest/build.sh")
         return p
@@ -72,7 +79,13 @@ def locate_assets(build: bool = True) -> Assets:
     if own.is_dir():
         crd_dirs.insert(0, own)
     stages = base / "kwok-stages.yaml"
-    return Assets(bin_dir=base / "bin", crd_dirs=crd_dirs, kwok_stages=stages if stages.exists() else None)
+    kueue = base / "kueue-manifests"
+    return Assets(
+        bin_dir=base / "bin",
+        crd_dirs=crd_dirs,
+        kwok_stages=stages if stages.exists() else None,
+        kueue_manifests=kueue if kueue.is_dir() else None,
+    )
 
 
 def free_port() -> int:
@@ -202,7 +215,8 @@ class ControlPlane:
         return self.directory / "state.json"
 
     # ---------------------------------------------------------------- start
-    def start(self, install_crds: bool = True) -> "ControlPlane":
+    def start(self, install_crds: bool = True, crd_files: list[Path] | None = None) -> "ControlPlane":
+        """Start everything; install every CRD (or only ``crd_files``) before the components."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.etcd_port = self.etcd_port or free_port()
         self.etcd_peer_port = self.etcd_peer_port or free_port()
@@ -214,7 +228,7 @@ class ControlPlane:
             self._write_kubeconfig(self.kubeconfig, "admin", ("system:masters",))
             self._wait_default_namespace()
             if install_crds:
-                self.install_crds(self.crd_files())
+                self.install_crds(self.crd_files() if crd_files is None else crd_files)
             for c in self.components:
                 self.start_component(c)
         except BaseException:
@@ -469,6 +483,9 @@ class ControlPlane:
                 f"--server-address=127.0.0.1:{free_port()}",
             ]
             p = Process(name, args, logs / f"{name}.log")
+        elif name == "kueue":
+            self._start_kueue(kc)
+            return
         else:
             raise ControlPlaneError(f"unknown component {name!r}")
         p.start()
@@ -476,6 +493,30 @@ class ControlPlane:
         time.sleep(0.2)
         if not p.alive():
             raise ControlPlaneError(f"{name} exited at once:\n{p.log_tail()}")
+
+    def _start_kueue(self, kubeconfig: Path) -> None:
+        """Kueue's controller manager, its webhooks served on loopback (see kaiwo_ctrl.local.kueue)."""
+        from kaiwo_ctrl.local import kueue
+
+        if self.assets.kueue_manifests is None:
+            raise ControlPlaneError("Kueue's manifests are missing; run ./hack/envtest/build.sh")
+        binary = self.assets.binary("kueue")
+        work = self.directory / "kueue"
+        ports = kueue.KueuePorts(webhook=free_port(), health=free_port(), metrics=free_port())
+        pki = kueue.KueuePKI.create()
+        pki.write_cert_dir(work / "certs")
+        cfg = work / "config.yaml"
+        cfg.write_text(yaml.safe_dump(kueue.configuration(ports, work / "certs")))
+        with self.http() as h:
+            self.install_crds(kueue.missing_crds(h, self.assets.kueue_manifests))
+            kueue.install(h, self.assets.kueue_manifests, pki, ports.webhook)
+        p = Process("kueue", [str(binary), f"--config={cfg}", f"--kubeconfig={kubeconfig}"], self.directory / "logs" / "kueue.log")
+        p.start()
+        self.processes["kueue"] = p
+        health = f"http://127.0.0.1:{ports.health}/readyz"
+        _wait(lambda: httpx.get(health, timeout=2).status_code == 200, START_TIMEOUT, "kueue /readyz", p)
+        with self.http() as h:
+            _wait(lambda: kueue.webhooks_answer(h), START_TIMEOUT, "Kueue's webhooks to answer the apiserver", p)
 
     # ------------------------------------------------------------ stop/state
     def stop(self) -> None:

@@ -44,36 +44,60 @@ def test_local_up_lists_every_crd_group_and_down_cleans_up(tmp_path):
 
 
 def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
-    """`local up --simulate` alone: a Job's Pod is scheduled by kaiwo-scheduler onto a kwok Node and completes."""
+    """`local up --simulate` alone: Kueue runs with its webhooks on loopback. A Job
+    in a LocalQueue is suspended by Kueue's webhook, admitted by Kueue, then
+    scheduled by kaiwo-scheduler onto a kwok Node where it completes. A Job without
+    a queue is not Kueue's and runs at once."""
     import yaml
 
     d = tmp_path / "sim"
     up = subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "up", "--simulate", "--dir", str(d)],
-                        capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=600)
     kubectl = [str(VENV_BIN / "kubectl"), "--kubeconfig", str(d / "kubeconfig")]
+
+    def get(*args: str) -> dict:
+        return json.loads(subprocess.run(kubectl + ["get", *args, "-o", "json"], capture_output=True, text=True, check=True).stdout)
+
     try:
         assert up.returncode == 0, up.stderr
+        assert set(json.loads((d / "state.json").read_text())["pids"]) == {
+            "etcd", "kube-apiserver", "controller-manager", "scheduler", "kwok", "kueue"}
         node = {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "sim-0", "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {"type": "kwok"}},
             "status": {"capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
                        "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
         }
-        job = {
-            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello", "namespace": "default"},
-            "spec": {"template": {"spec": {
-                "schedulerName": "kaiwo-scheduler", "restartPolicy": "Never",
-                "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
-            }}},
-        }
-        for doc in (node, job):
-            subprocess.run(kubectl + ["apply", "-f", "-"], input=yaml.safe_dump(doc), text=True, check=True, capture_output=True)
-        def succeeded() -> bool:
-            out = subprocess.run(kubectl + ["get", "job", "hello", "-o", "json"], capture_output=True, text=True, check=True).stdout
-            return json.loads(out).get("status", {}).get("succeeded") == 1
+        kueue = [
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "cq"},
+             "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                 {"name": "default", "resources": [{"name": "cpu", "nominalQuota": 4}, {"name": "memory", "nominalQuota": "8Gi"}]}]}]}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": "default"},
+             "spec": {"clusterQueue": "cq"}},
+        ]
 
-        wait_until(succeeded, timeout=120, interval=1, what=f"job completed (logs in {d}/logs)")
-        pods = json.loads(subprocess.run(kubectl + ["get", "pods", "-o", "json"], capture_output=True, text=True, check=True).stdout)
-        assert [p["spec"]["nodeName"] for p in pods["items"]] == ["sim-0"]
+        def job(name: str, labels: dict) -> dict:
+            return {
+                "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "default", "labels": labels},
+                "spec": {"template": {"spec": {
+                    "schedulerName": "kaiwo-scheduler", "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", "command": ["true"],
+                                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                }}},
+            }
+
+        for doc in (node, *kueue, job("plain", {}), job("queued", {"kueue.x-k8s.io/queue-name": "lq"})):
+            subprocess.run(kubectl + ["apply", "--server-side", "-f", "-"], input=yaml.safe_dump(doc), text=True, check=True,
+                           capture_output=True)
+        wait_until(lambda: all(get("job", n).get("status", {}).get("succeeded") == 1 for n in ("plain", "queued")),
+                   timeout=180, interval=1, what=f"both jobs completed (logs in {d}/logs)")
+        pods = get("pods")["items"]
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["sim-0", "sim-0"]
+        workloads = get("workloads.kueue.x-k8s.io")["items"]
+        assert [w["metadata"]["ownerReferences"][0]["name"] for w in workloads] == ["queued"], "Kueue manages only the queued Job"
+        conds = {c["type"]: c["status"] for c in workloads[0]["status"]["conditions"]}
+        assert conds.get("Admitted") == "True" and conds.get("Finished") == "True", conds
+        assert workloads[0]["status"]["admission"]["clusterQueue"] == "cq"
     finally:
         subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "down", "--dir", str(d)], capture_output=True, timeout=120)

@@ -1,0 +1,301 @@
+"""The real Kueue admitting what kaiwo-ctrl writes, on the simulated cluster.
+
+Two 8-GPU kwok nodes (16 GPUs, config/samples/nodes_kwok.yaml) and the sample
+KaiwoQueueConfig; every KaiwoJob here asks for 8 GPUs, so GPUs are the quota
+that binds. Simulated Job Pods run for ``E2E_POD_RUN_MS`` (see conftest)
+before kwok completes them, long enough to act while they hold quota.
+
+The tests build on each other in file order: quota, then priorities (the
+queue config gains two WorkloadPriorityClasses and in-queue preemption), then
+node pools (dynamic mode, a third GPU node), then Ray.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from e2e.conftest import ROOT, condition, get, wait_for
+
+pytestmark = pytest.mark.e2e
+
+NS = "kueue-e2e"
+KAIWO = "/apis/kaiwo.silogen.ai/v1alpha1"
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+QUEUE_CONFIG = f"{KAIWO}/kaiwoqueueconfigs/kaiwo"
+KAIWO_CONFIG = "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs/kaiwo"
+GPU = "amd.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def queue_ready(operator, kubectl, admin):
+    """The sample queue config (ClusterQueue kaiwo with 16 GPUs) and a namespace for
+    these tests. (Not READY: see test_deploy.py::test_queue_config_becomes_ready.)"""
+    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+    r = admin.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+    assert r.status_code in (201, 409), r.text
+    wait_for(lambda: gpu_quota(admin) == 16, 60, "ClusterQueue kaiwo with 16 GPUs")
+    return admin
+
+
+def gpu_quota(admin) -> int:
+    cq = get(admin, f"{KUEUE}/clusterqueues/kaiwo") or {"spec": {"resourceGroups": []}}
+    return sum(
+        int(r["nominalQuota"])
+        for g in cq["spec"]["resourceGroups"]
+        for f in g["flavors"]
+        for r in f["resources"]
+        if r["name"] == GPU
+    )
+
+
+def submit(admin, prefix: str, gpus: int = 8, priority: str = "", **spec) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    body = {
+        "apiVersion": "kaiwo.silogen.ai/v1alpha1",
+        "kind": "KaiwoJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"user": "e2e@example.com", "image": "busybox:1.36", "gpus": gpus, "entrypoint": "sleep 1", **spec},
+    }
+    if priority:
+        body["spec"]["priorityClass"] = priority
+    r = admin.post(f"{KAIWO}/namespaces/{NS}/kaiwojobs", json=body)
+    assert r.status_code == 201, r.text
+    return name
+
+
+def status(admin, name: str) -> str:
+    return ((get(admin, f"{KAIWO}/namespaces/{NS}/kaiwojobs/{name}") or {}).get("status") or {}).get("status") or ""
+
+
+def workload(admin, job_name: str) -> dict | None:
+    """The Workload Kueue made for the KaiwoJob's batch Job (named job-<job>-<hash>)."""
+    items = get(admin, f"{KUEUE}/namespaces/{NS}/workloads")["items"]
+    mine = [w for w in items if w["metadata"]["name"].startswith(f"job-{job_name}-")]
+    return mine[0] if mine else None
+
+
+def holds_quota(wl: dict | None) -> bool:
+    return condition(wl, "QuotaReserved").get("status") == "True" and condition(wl, "Finished").get("status") != "True"
+
+
+class Watch:
+    """Every status each KaiwoJob showed while polled (transitions in order)."""
+
+    def __init__(self, admin, *names: str) -> None:
+        self.admin, self.seen = admin, {n: [] for n in names}
+
+    def poll(self) -> dict[str, str]:
+        now = {n: status(self.admin, n) for n in self.seen}
+        for n, s in now.items():
+            if not self.seen[n] or self.seen[n][-1] != s:
+                self.seen[n].append(s)
+        return now
+
+
+def test_quota_two_run_third_waits_until_one_finishes(queue_ready):
+    admin = queue_ready
+    names = [submit(admin, f"quota-{i}") for i in range(3)]
+    watch = Watch(admin, *names)
+
+    def two_hold_one_waits():
+        watch.poll()
+        wls = {n: workload(admin, n) for n in names}
+        holding = [n for n, w in wls.items() if holds_quota(w)]
+        assert len(holding) <= 2, f"Kueue admitted more than 16 GPUs: {holding}"
+        waiting = [n for n, w in wls.items() if w and not holds_quota(w) and condition(w, "Finished").get("status") != "True"]
+        return len(holding) == 2 and len(waiting) == 1 and (holding, waiting[0], wls[waiting[0]])
+
+    holding, waiting, wl = wait_for(two_hold_one_waits, 120, "two Workloads admitted and the third pending")
+    assert condition(wl, "QuotaReserved").get("reason") == "Pending", wl["status"]
+    assert GPU in condition(wl, "QuotaReserved").get("message", ""), condition(wl, "QuotaReserved")
+    assert status(admin, waiting) == "PENDING"
+
+    def third_runs_after_one_finished():
+        now = watch.poll()
+        finished = [n for n in holding if condition(workload(admin, n), "Finished").get("status") == "True"]
+        if holds_quota(workload(admin, waiting)):
+            assert finished, "the third was admitted while both others still held the quota"
+            return True
+        return False
+
+    wait_for(third_runs_after_one_finished, 180, "the third Workload admitted once one finished")
+    wait_for(lambda: all(s == "COMPLETE" for s in watch.poll().values()), 180, "all three KaiwoJobs COMPLETE")
+    assert "PENDING" in watch.seen[waiting] and "RUNNING" in watch.seen[waiting], watch.seen
+
+
+def test_priority_preempts_lower_priority_job(queue_ready):
+    admin = queue_ready
+    qc = get(admin, QUEUE_CONFIG)
+    qc["spec"]["workloadPriorityClasses"] = [
+        {"metadata": {"name": "e2e-low"}, "value": 10, "description": "can wait"},
+        {"metadata": {"name": "e2e-high"}, "value": 1000, "description": "urgent"},
+    ]
+    for cq in qc["spec"]["clusterQueues"]:
+        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    r = admin.put(QUEUE_CONFIG, json=qc)
+    assert r.status_code == 200, r.text
+    for name in ("e2e-low", "e2e-high"):
+        wait_for(lambda name=name: get(admin, f"{KUEUE}/workloadpriorityclasses/{name}"), 60, f"WorkloadPriorityClass {name}")
+    wait_for(
+        lambda: (get(admin, f"{KUEUE}/clusterqueues/kaiwo")["spec"].get("preemption") or {}).get("withinClusterQueue") == "LowerPriority",
+        60,
+        "ClusterQueue kaiwo with in-queue preemption",
+    )
+
+    lows = [submit(admin, f"low-{i}", priority="e2e-low") for i in range(2)]
+    watch = Watch(admin, *lows)
+    wait_for(lambda: all(holds_quota(workload(admin, n)) for n in lows), 120, "both low-priority Workloads admitted")
+    assert all(workload(admin, n)["spec"]["priority"] == 10 for n in lows)
+    high = submit(admin, "high", priority="e2e-high")
+    watch.seen[high] = []
+
+    def one_low_preempted():
+        watch.poll()
+        for n in lows:
+            ev = condition(workload(admin, n), "Evicted")
+            if ev.get("status") == "True":
+                return n, ev
+        return None
+
+    victim, evicted = wait_for(one_low_preempted, 120, "Kueue to preempt a low-priority Workload")
+    assert evicted["reason"] == "Preempted", evicted
+    wait_for(lambda: holds_quota(workload(admin, high)), 120, "the high-priority Workload admitted")
+    assert workload(admin, high)["spec"]["priority"] == 1000
+    wait_for(lambda: watch.poll()[victim] == "PENDING", 120, "the preempted KaiwoJob back to PENDING")
+    assert "RUNNING" in watch.seen[victim] or "STARTING" in watch.seen[victim], watch.seen[victim]
+    preempted_at = len(watch.seen[victim])
+    job = next(j for j in get(admin, f"/apis/batch/v1/namespaces/{NS}/jobs")["items"] if j["metadata"]["name"] == victim)
+    assert job["spec"]["suspend"] is True, "Kueue suspended the preempted Job again"
+    wait_for(lambda: all(s == "COMPLETE" for s in watch.poll().values()), 240, "all KaiwoJobs COMPLETE, the preempted one after running again")
+    assert "RUNNING" in watch.seen[victim][preempted_at:], f"the preempted job ran again: {watch.seen[victim]}"
+
+
+def submit_service(admin, prefix: str, gpus: int = 8) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    body = {
+        "apiVersion": "kaiwo.silogen.ai/v1alpha1",
+        "kind": "KaiwoService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"user": "e2e@example.com", "image": "nginx:1.27", "gpus": gpus, "replicas": 1},
+    }
+    r = admin.post(f"{KAIWO}/namespaces/{NS}/kaiwoservices", json=body)
+    assert r.status_code == 201, r.text
+    return name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="operator bug (kaiwo_ctrl/queues node labelling): the operator's flavors carry topologyName "
+    "default-topology (levels kaiwo/topology-block, kaiwo/topology-rack, kubernetes.io/hostname), but a node that "
+    "joins later gets only kaiwo/nodepool, kaiwo/worker and kaiwo/gpu-model, not the topology labels the nodes "
+    "present at start-up got. The quota is raised to 24 GPUs, yet Kueue's topology-aware scheduling leaves the "
+    "node out: 'topology \"default-topology\" doesn't allow to fit any of 1 pod(s). Total nodes: 2; excluded: "
+    "resource \"amd.com/gpu\": 2'",
+)
+def test_dynamic_node_pool_raises_quota_and_admits_pending_job(queue_ready, kubectl):
+    """Two 8-GPU KaiwoServices hold the 16 GPUs for as long as they run (their Pods
+    never complete), so an 8-GPU KaiwoJob can only be admitted on more quota: the
+    operator's, once a third GPU node joins in dynamic mode."""
+    admin = queue_ready
+    cfg = get(admin, KAIWO_CONFIG)
+    cfg["spec"]["dynamicallyUpdateDefaultClusterQueue"] = True
+    assert admin.put(KAIWO_CONFIG, json=cfg).status_code == 200
+    wait_for(lambda: gpu_quota(admin) == 16, 60, "dynamic ClusterQueue kaiwo with the 16 GPUs of two nodes")
+
+    services = [submit_service(admin, f"hold-{i}") for i in range(2)]
+    try:
+        wait_for(
+            lambda: all(
+                ((get(admin, f"{KAIWO}/namespaces/{NS}/kaiwoservices/{n}") or {}).get("status") or {}).get("status") == "READY"
+                for n in services
+            ),
+            180,
+            "two 8-GPU KaiwoServices READY (admitted through Kueue's pod integration)",
+        )
+        job = submit(admin, "pool")
+        wl = wait_for(lambda: workload(admin, job), 90, "the KaiwoJob's Workload")
+        assert not holds_quota(wl)
+        wait_for(lambda: condition(workload(admin, job), "QuotaReserved").get("reason") == "Pending", 60, "the Workload pending on quota")
+        assert status(admin, job) == "PENDING"
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "sim-gpu-2",
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {
+                    "kubernetes.io/hostname": "sim-gpu-2",
+                    "kubernetes.io/os": "linux",
+                    "type": "kwok",
+                    "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM",
+                    "beta.amd.com/gpu.family.AI": "8",
+                },
+            },
+            "status": {
+                "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
+                "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: "8"},
+            },
+        }
+        r = admin.post("/api/v1/nodes", json=node)
+        assert r.status_code == 201, r.text
+        wait_for(lambda: gpu_quota(admin) == 24, 90, "the operator to raise ClusterQueue kaiwo to 24 GPUs")
+        try:
+            wait_for(lambda: holds_quota(workload(admin, job)), 120, "the pending Workload admitted on the raised quota")
+        except AssertionError as e:
+            cq = get(admin, f"{KUEUE}/clusterqueues/kaiwo")
+            node = get(admin, "/api/v1/nodes/sim-gpu-2")
+            raise AssertionError(
+                f"{e}\nWorkload: {(workload(admin, job) or {}).get('status')}\nClusterQueue: {cq['spec']} {cq.get('status')}"
+                f"\nsim-gpu-2: {node['metadata'].get('labels')} {node['spec']}"
+                f"\nflavors: {[(f['metadata'], f['spec']) for f in get(admin, f'{KUEUE}/resourceflavors')['items']]}"
+            ) from None
+        wait_for(lambda: status(admin, job) == "COMPLETE", 180, "the KaiwoJob COMPLETE")
+        pods = get(admin, f"/api/v1/namespaces/{NS}/pods")["items"]
+        assert any(p["spec"].get("nodeName") == "sim-gpu-2" for p in pods), "one of them runs on the new node"
+    finally:
+        for n in services:
+            admin.delete(f"{KAIWO}/namespaces/{NS}/kaiwoservices/{n}")
+
+
+def ray_job_name(admin) -> str:
+    names = [r["metadata"]["name"] for r in get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs")["items"] if r["metadata"]["name"].startswith("ray-")]
+    return names[0] if names else ""
+
+
+def test_ray_job_is_admitted_by_kueue(queue_ready):
+    """KubeRay's operator does not run here: Kueue's RayJob integration still
+    validates the RayJob (its webhook), creates the Workload from the head and
+    worker groups, and admits it."""
+    admin = queue_ready
+    name = submit(admin, "ray", gpus=8, ray=True)
+    ray_job = wait_for(lambda: get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/{name}"), 90, "the KaiwoJob's RayJob")
+    assert ray_job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
+
+    def admitted():
+        items = get(admin, f"{KUEUE}/namespaces/{NS}/workloads")["items"]
+        mine = [w for w in items if w["metadata"]["name"].startswith(f"rayjob-{name}-")]
+        return mine and condition(mine[0], "Admitted").get("status") == "True" and mine[0]
+
+    wl = wait_for(admitted, 120, "Kueue to admit the RayJob's Workload")
+    assert {ps["name"] for ps in wl["spec"]["podSets"]} >= {"head"}, wl["spec"]["podSets"]
+    assert status(admin, name) in ("PENDING", "STARTING"), status(admin, name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="seen, not yet diagnosed: the RayJob's Workload is Admitted but spec.suspend stays true (KubeRay does not "
+    "run here; either Kueue's RayJob start waits on KubeRay, or the operator re-applies suspend: true)",
+)
+def test_ray_job_suspend_is_lifted_after_admission(queue_ready):
+    admin = queue_ready
+    name = ray_job_name(admin)
+    assert name, "test_ray_job_is_admitted_by_kueue made one"
+    wait_for(
+        lambda: get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/{name}")["spec"].get("suspend") is False,
+        60,
+        "Kueue to lift the RayJob's suspend",
+    )

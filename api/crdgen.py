@@ -76,7 +76,7 @@ def _strip_optional(tp: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
             return _strip_optional(args[0])
-        return Union[tuple(args)]  # noqa: UP007 - rebuilt union without None
+        return Union[tuple(args)]  # rebuilt union without None
     return tp
 
 

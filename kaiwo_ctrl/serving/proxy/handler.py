@@ -19,7 +19,6 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import aiohttp

@@ -76,7 +76,7 @@ def _strip_optional(tp: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
             return _strip_optional(args[0])
-        return Union[tuple(args)]  # noqa: UP007 - rebuilt union without None
+        return Union[tuple(args)]  # rebuilt union without None
     return tp
 
 
@@ -122,9 +122,8 @@ def schema_for_type(tp: Any) -> dict[str, Any]:
 
 def _crd_meta(info: FieldInfo) -> dict[str, Any]:
     extra = info.json_schema_extra
-    if isinstance(extra, dict):
-        return dict(extra.get(CRD_KEY, {}))
-    return {}
+    meta = extra.get(CRD_KEY) if isinstance(extra, dict) else None
+    return dict(meta) if isinstance(meta, dict) else {}
 
 
 def _json_default(value: Any) -> Any:

@@ -23,7 +23,6 @@ import asyncio
 import os
 import random
 import resource
-import statistics
 import subprocess
 import sys
 import time

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: unit, integration (real etcd + kube-apiserver) and e2e.
+# Runs the static checks (./hack/lint.sh), then every test: unit, integration
+# (real etcd + kube-apiserver) and e2e.
 # Does its own set-up first (./hack/setup.sh). Extra arguments go to pytest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 ./hack/setup.sh
+./hack/lint.sh  # ruff, mypy and the layering contracts; a failure stops here
 t0=$(date +%s)
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"

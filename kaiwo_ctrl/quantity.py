@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 

@@ -309,12 +309,13 @@ def policy_rules(rules: Iterable[Rule]) -> list[dict]:
     for (group, resource), verbs in by_resource.items():
         grouped.setdefault((group, tuple(_sorted_verbs(verbs))), []).append(resource)
     out = []
-    for (group, verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1])[0])):
-        out.append({"apiGroups": [group], "resources": sorted(resources), "verbs": list(verbs)})
+    for (group, group_verbs), resources in sorted(grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1])[0])):
+        out.append({"apiGroups": [group], "resources": sorted(resources), "verbs": list(group_verbs)})
     for r in named:
-        verbs = [v for v in _sorted_verbs(r.verbs) if v != "create"]
-        if verbs:
-            out.append({"apiGroups": [r.group], "resources": [r.resource], "resourceNames": list(r.resource_names), "verbs": verbs})
+        named_verbs = [v for v in _sorted_verbs(r.verbs) if v != "create"]
+        if named_verbs:
+            out.append({"apiGroups": [r.group], "resources": [r.resource], "resourceNames": list(r.resource_names),
+                        "verbs": named_verbs})
     return out
 
 

@@ -7,7 +7,6 @@ built the fixture fails loudly rather than skipping.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from pathlib import Path

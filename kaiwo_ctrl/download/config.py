@@ -80,7 +80,9 @@ SecretRef = tuple[str, str]
 class DownloadConfig(DownloadTaskConfig):
     """The file format of ``kaiwo-ctrl download --config``."""
 
-    hf: list[HuggingFaceTask] | None = Field(
+    # narrowed to the item type that also reads ``token``; pydantic validates the
+    # subclass, mypy objects only because a list attribute could be assigned
+    hf: list[HuggingFaceTask] | None = Field(  # type: ignore[assignment]
         default=None,
         validation_alias=AliasChoices("hf", "huggingFace", "hugging_face"),
         serialization_alias="hf",

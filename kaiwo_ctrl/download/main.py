@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from .config import (
     DEFAULT_DATA_DIR,
@@ -30,7 +32,7 @@ class _ArgError(Exception):
 class _Parser(argparse.ArgumentParser):
     """Reports usage errors as an exception so they become exit code 2 with a JSON log line."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ArgError(message)
 
 
@@ -195,18 +197,13 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
     return int(ExitCode.OK)
 
 
+# the module that plans each source's items (imported on use: each needs its own optional library)
+_SOURCE_MODULES = {"s3": "s3", "gcs": "gcs", "azureBlob": "azure", "git": "git", "hf": "huggingface"}
+
+
 def _plan(source: str, items: list, ctx: Context, closers: list) -> list[Task]:
     try:
-        if source == "s3":
-            from . import s3 as mod
-        elif source == "gcs":
-            from . import gcs as mod
-        elif source == "azureBlob":
-            from . import azure as mod
-        elif source == "git":
-            from . import git as mod
-        else:
-            from . import huggingface as mod
+        mod = importlib.import_module("." + _SOURCE_MODULES[source], __package__)
     except ImportError as exc:
         raise ConfigError(f"{source} downloads need an optional library that is not installed: {exc.name}") from None
     try:

@@ -201,7 +201,7 @@ def with_retries(
             return fn()
         except DownloadError as exc:
             err = exc
-        except Exception as exc:  # noqa: BLE001 - mapped or re-raised below
+        except Exception as exc:  # mapped or re-raised below
             if classify is None:
                 raise
             err = classify(exc)

@@ -117,7 +117,7 @@ def pod_state(pod: dict[str, Any]) -> str:
 def admission(wl: dict[str, Any]) -> tuple[str, str, str]:
     """(admitted True/False/-, cluster queue, message) of a Kueue Workload."""
     st = wl.get("status") or {}
-    cond = next((c for c in st.get("conditions") or [] if c.get("type") == "Admitted"), None)
+    cond: dict[str, Any] | None = next((c for c in st.get("conditions") or [] if c.get("type") == "Admitted"), None)
     if cond is None:
         cond = next((c for c in st.get("conditions") or [] if c.get("type") == "QuotaReserved"), {})
     cq = (st.get("admission") or {}).get("clusterQueue") or "-"

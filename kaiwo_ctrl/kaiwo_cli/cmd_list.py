@@ -90,10 +90,10 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
         print("kaiwo: note: no user configured (--user or kaiwoconfig.yaml); listing every user's workloads",
               file=sys.stderr)
     kinds = {"job": ["KaiwoJob"], "service": ["KaiwoService"]}.get(args.kind or "", list(KINDS))
-    items = []
+    items: list[dict[str, Any]] = []
     for kind in kinds:
         found, _ = await client.list_all(KINDS[kind], namespace)
-        for o in found:
+        for o in found:  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
             o.setdefault("kind", kind)
             o.setdefault("apiVersion", KINDS[kind].api_version)
         items += found

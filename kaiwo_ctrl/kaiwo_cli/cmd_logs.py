@@ -134,10 +134,12 @@ async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: s
 async def _why(client: Client, pod: dict[str, Any], e: ApiError) -> str:
     """Why the API server could not give a log: a simulated node, a kubelet that did not answer, ..."""
     node_name = (pod.get("spec") or {}).get("nodeName")
-    try:
-        node = await client.get(NODES, node_name)
-    except ApiError:
-        node = {}
+    node: dict[str, Any] = {}
+    if node_name:
+        try:
+            node = await client.get(NODES, node_name)
+        except ApiError:
+            pass
     annotations = (node.get("metadata") or {}).get("annotations") or {}
     if KWOK_NODE_ANNOTATION in annotations:
         return (f"it runs on the simulated (kwok) node {node_name}, which has no container runtime and "

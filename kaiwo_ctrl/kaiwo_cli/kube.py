@@ -36,7 +36,7 @@ async def connect(kubeconfig: str | None, context: str | None) -> Client:
                        "running inside a cluster", NO_CLUSTER)
     try:
         config = await RestConfig.load(kubeconfig, context)
-    except Exception as e:  # kubernetes-asyncio raises ConfigException, OSError, ValueError...
+    except Exception as e:  # noqa: BLE001 - mapped to CliError; kubernetes-asyncio raises ConfigException, OSError, ValueError...
         where = kubeconfig or "$KUBECONFIG / ~/.kube/config"
         raise CliError(
             f"no cluster configured: cannot load a kubeconfig from {where}"

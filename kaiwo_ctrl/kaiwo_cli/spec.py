@@ -32,7 +32,7 @@ from kaiwo_ctrl.workloads.naming import rfc1123_normalize
 from .config import Defaults
 from .errors import USAGE, CliError
 
-MODELS = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
+MODELS: dict[str, type[KaiwoJob] | type[KaiwoService]] = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
 ENTRYPOINT_FILE = "entrypoint"
 ENV_FILE = "env"
 #: Room left in a generated name for the operator's child suffixes (``-data``, ``-download``...).

@@ -128,7 +128,7 @@ class ResourceMonitor:
                     await self.tick(http)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # noqa: BLE001 - one bad tick must not stop the monitor
+                except Exception as e:  # one bad tick must not stop the monitor
                     self.last_error = repr(e)[:500]
                     log.exception("resource monitor tick failed")
                 self.ticks += 1

@@ -118,7 +118,8 @@ def _meta(
     if namespace is not None:
         meta["namespace"] = namespace
     extra = entry_meta if isinstance(entry_meta, Mapping) else {}
-    user_labels = extra.get("labels") if isinstance(extra.get("labels"), Mapping) else {}
+    labels = extra.get("labels")
+    user_labels = labels if isinstance(labels, Mapping) else {}
     meta["labels"] = {**user_labels, **managed_labels(qc_name)}
     if isinstance(extra.get("annotations"), Mapping) and extra["annotations"]:
         meta["annotations"] = dict(extra["annotations"])
@@ -198,11 +199,18 @@ def local_queue(
     }
 
 
+def _named(entry: Mapping[str, Any]) -> str:
+    name = entry_name(entry)
+    if name is None:  # desired_kueue_objects holds unnamed entries back
+        raise ValueError("a queue-config entry without a name cannot be rendered")
+    return name
+
+
 def workload_priority_class(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owner: dict | None = None) -> dict:
     obj: dict[str, Any] = {
         "apiVersion": KUEUE_API_VERSION,
         "kind": WORKLOAD_PRIORITY_CLASS,
-        "metadata": _meta(entry_name(entry), qc_name, owner, entry_meta=entry.get("metadata")),
+        "metadata": _meta(_named(entry), qc_name, owner, entry_meta=entry.get("metadata")),
         "value": entry.get("value"),
     }
     if entry.get("description"):
@@ -215,7 +223,7 @@ def topology(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owne
     return {
         "apiVersion": TOPOLOGY_API_VERSION,
         "kind": TOPOLOGY,
-        "metadata": _meta(entry_name(entry), qc_name, owner, entry_meta=entry.get("metadata")),
+        "metadata": _meta(_named(entry), qc_name, owner, entry_meta=entry.get("metadata")),
         "spec": {"levels": levels},
     }
 
@@ -293,7 +301,7 @@ def desired_kueue_objects(
             wpcs.append(workload_priority_class(entry, qc_name=qc_name, owner=owner))
     for i, entry in enumerate(entries(spec, "clusterQueues")):
         name = entry_name(entry)
-        if not usable(CLUSTER_QUEUE, i, name):
+        if name is None or not usable(CLUSTER_QUEUE, i, name):
             continue
         queues.append(cluster_queue(entry, qc_name=qc_name, owner=owner))
         namespaces = sorted(set(entry.get("namespaces") or []))

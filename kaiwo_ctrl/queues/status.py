@@ -59,7 +59,7 @@ def _condition(
         "status": status,
         "reason": reason_ok if ok else reason_bad,
         "message": _truncate(message),
-        "lastTransitionTime": now if changed else prev.get("lastTransitionTime", now),
+        "lastTransitionTime": now if prev is None or changed else prev.get("lastTransitionTime", now),
     }
     if generation is not None:
         cond["observedGeneration"] = generation

@@ -97,7 +97,7 @@ def _check_list_entries(spec: Mapping[str, Any], list_name: str, out: list[Probl
         out.append(Problem(f"spec.{list_name}", "must be a list", kind))
         return
     limit = LIMITS[list_name]
-    first_seen: dict[str, int] = {}
+    first_seen: dict[str | None, int] = {}  # (None never gets past the name check)
     for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping):
             out.append(Problem(f"spec.{list_name}[{i}]", "must be an object", kind, None, i))
@@ -292,9 +292,9 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
                 if res.get("nominalQuota") is None:
                     bad(f"{rpath}.nominalQuota", "is required")
                 for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
-                    message = _check_quantity(res.get(key))
-                    if message:
-                        bad(f"{rpath}.{key}", message)
+                    quantity_problem = _check_quantity(res.get(key))
+                    if quantity_problem:
+                        bad(f"{rpath}.{key}", quantity_problem)
                 if res.get("borrowingLimit") is not None and not has_cohort:
                     bad(f"{rpath}.borrowingLimit", "requires the ClusterQueue to be in a cohort")
 
@@ -361,7 +361,7 @@ def validate(spec: Mapping[str, Any] | None) -> list[Problem]:
     for list_name in ("resourceFlavors", "clusterQueues", "workloadPriorityClasses", "topologies"):
         _check_list_entries(spec, list_name, out)
 
-    flavor_names = {_str_name(e) for e in entries(spec, "resourceFlavors")} - {None}
+    flavor_names = {n for n in map(_str_name, entries(spec, "resourceFlavors")) if n is not None}
     for i, entry in enumerate(entries(spec, "resourceFlavors")):
         if isinstance(entry, Mapping):
             _check_flavor(i, entry, out)

@@ -229,7 +229,11 @@ def expectations_for(owner: Any) -> Expectations:
         return entry[1]
     exp = Expectations()
     key = id(owner)
-    _BY_OWNER[key] = (weakref.ref(owner, lambda _r, key=key: _BY_OWNER.pop(key, None)), exp)
+
+    def forget(_ref: weakref.ref) -> None:
+        _BY_OWNER.pop(key, None)
+
+    _BY_OWNER[key] = (weakref.ref(owner, forget), exp)
     return exp
 
 

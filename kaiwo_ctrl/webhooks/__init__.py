@@ -147,7 +147,7 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
             try:
                 due = await manager.ensure()
                 delay = (due - dt.datetime.now(dt.timezone.utc)).total_seconds()
-            except Exception:  # noqa: BLE001 - retried; the webhooks fail open meanwhile
+            except Exception:  # retried; the webhooks fail open meanwhile
                 log.exception("webhook certificate or configuration update failed; retrying")
                 delay = 5.0
             await asyncio.sleep(min(max(delay, 0.5), 3600.0))

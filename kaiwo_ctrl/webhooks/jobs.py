@@ -176,10 +176,9 @@ class JobWebhooks:
     async def _track(self, key: tuple[str, str], fut: asyncio.Future, user: str) -> None:
         """Create the tracking KaiwoJob once the admitted Job is stored."""
         ns, name = key
-        job = None if name.startswith(UID_KEY) else self.jobs.get(name, ns)
+        cached = None if name.startswith(UID_KEY) else self.jobs.get(name, ns)
         try:
-            if job is None:
-                job = await asyncio.wait_for(asyncio.shield(fut), self.track_timeout)
+            job = cached if cached is not None else await asyncio.wait_for(asyncio.shield(fut), self.track_timeout)
         except asyncio.TimeoutError:
             log.info("admitted Job never appeared (refused later in admission?); nothing to track",
                      extra={"namespace": ns, "object": name})

@@ -113,6 +113,10 @@ def trim_workload(obj: dict) -> dict:
     return out
 
 
+def _names(objs: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [name for o in objs if (name := _meta(o).get("name"))]
+
+
 def _owned_by_kaiwo(obj: Mapping[str, Any]) -> bool:
     for ref in _meta(obj).get("ownerReferences") or ():
         if ref.get("kind") in OWN_RESOURCES and str(ref.get("apiVersion", "")).startswith(GROUP + "/"):
@@ -221,8 +225,8 @@ class SharedCaches:
                 config=config,
                 nodes=self.nodes.list(),
                 queue_config=qc,
-                workload_priority_classes=[_meta(o).get("name") for o in self.wpcs.list()],
-                priority_classes=[_meta(o).get("name") for o in self.pcs.list()],
+                workload_priority_classes=_names(self.wpcs.list()),
+                priority_classes=_names(self.pcs.list()),
                 downloader_image=self.downloader_image,
                 aim_configs=effective_by_namespace(self.aim_configs.list()),
             )

@@ -126,14 +126,15 @@ def derive_gpu_plan(
     "gpus is recalculated based on those values"); the reference implementation
     took ``max(that, gpus)`` and then exported a NUM_GPUS that no pod received.
     """
-    explicit = bool(replicas and replicas > 0 and gpus_per_replica > 0)
-    requested = replicas * gpus_per_replica if explicit else 0
-    total = requested if explicit else max(requested, gpus)
+    # the replica count when both it and gpusPerReplica are given (else None)
+    explicit_replicas = replicas if replicas is not None and replicas > 0 and gpus_per_replica > 0 else None
+    requested = explicit_replicas * gpus_per_replica if explicit_replicas is not None else 0
+    total = requested if explicit_replicas is not None else max(requested, gpus)
     if total <= 0:
         return GpuPlan(0, replicas or 1, 0)
     cluster_total = stats.total_gpus if stats is not None else None
-    if explicit and (cluster_total is None or total <= cluster_total):
-        return GpuPlan(total, replicas, gpus_per_replica, explicit=True)
+    if explicit_replicas is not None and (cluster_total is None or total <= cluster_total):
+        return GpuPlan(total, explicit_replicas, gpus_per_replica, explicit=True)
     per_node = stats.min_gpus_per_node if stats is not None else None
     if stats is not None and stats.total_allocatable_gpus >= total and stats.min_allocatable_gpus_per_node:
         per_node = stats.min_allocatable_gpus_per_node

@@ -22,7 +22,7 @@ KINDS = ("KaiwoJob", "KaiwoService")
 RENDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
-_MODELS = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
+_MODELS: dict[str, type[KaiwoJob] | type[KaiwoService]] = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class KaiwoObject:
         raw = dict(as_dict(obj))
         if kind and not raw.get("kind"):
             raw["kind"] = kind
-        model = _MODELS.get(raw.get("kind"))
+        model = _MODELS.get(str(raw.get("kind")))
         if model is None:
             raise ValueError(f"not a Kaiwo workload: kind={raw.get('kind')!r}")
         given = (raw.get("spec") or {}).get("replicas") is not None

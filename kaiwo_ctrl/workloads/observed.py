@@ -74,7 +74,9 @@ class ObservedChildren:
         declares, by kind and name (others are ignored)."""
         o = KaiwoObject.of(obj)
         wk = kind or WORKLOAD_KINDS[o.kind]
-        slots = {(c.kind, c.name(o.name)): c.slot for c in wk.applicable(o.is_ray)}
+        slots: dict[tuple[str | None, str | None], str] = {
+            (c.kind, c.name(o.name)): c.slot for c in wk.applicable(o.is_ray)
+        }
         found: dict[str, Any] = {}
         for item in objects:
             slot = slots.get((item.get("kind"), (item.get("metadata") or {}).get("name")))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -212,7 +213,7 @@ class WorkloadReconciler:
     async def _write(self, p: _Pass, new: dict, to_apply: list | None) -> dict:
         """The status write and the children apply are independent requests:
         send them together. Returns the object as the status write left it."""
-        steps = []
+        steps: list[Awaitable[dict | None]] = []
         changed = new != p.stored
         if changed:
             steps.append(self.writer.write(p.raw, new))
@@ -223,7 +224,8 @@ class WorkloadReconciler:
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise next((f for f in failures if isinstance(f, Gone)), failures[0])
-        return results[0] if changed else p.raw
+        written = results[0] if changed else None
+        return written if isinstance(written, dict) else p.raw
 
     async def _stage_failed(self, p: _Pass, stage: str, exc: Exception) -> None:
         """Building or observing raised: ERROR naming the field, the traceback
@@ -254,14 +256,14 @@ class WorkloadReconciler:
         wl = self.shared.workloads
         if self.spec.pod_workloads and main.get("kind") == "Deployment":
             out: list[dict] = []
-            for pod in self.shared.pods.by_index(IDX_RUN_ID, uid):
+            for pod in self.shared.pods.by_index(IDX_RUN_ID, uid):  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
                 if not _meta(pod).get("deletionTimestamp"):
                     out += wl.by_index(IDX_JOB_UID, _meta(pod).get("uid") or "")
             return out
         return wl.by_index(IDX_JOB_UID, _meta(main).get("uid") or "") or None
 
     def _pending_gpu_candidates(self) -> list[dict]:
-        return [o for inf in self.shared.own.values() for o in inf.by_index(IDX_PENDING_GPU, "y")]
+        return [o for inf in self.shared.own.values() for o in inf.by_index(IDX_PENDING_GPU, "y")]  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
 
     def _requeue(self, owner: dict) -> None:
         meta = owner["metadata"]

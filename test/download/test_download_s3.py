@@ -6,11 +6,9 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
-import pytest
 from conftest import downloader_cmd, parse_events
 from dl_servers import TcpRelay
 

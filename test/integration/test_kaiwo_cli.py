@@ -51,7 +51,7 @@ class Run:
     err: str
 
 
-async def kaiwo(kubeconfig: Path | str, *args: str, home: Path, input: str | None = None, timeout: float = 120,
+async def kaiwo(kubeconfig: Path | str, *args: str, home: Path, input: str | None = None, timeout: float = 120,  # noqa: A002 - named as in subprocess.run
                 extra_env: dict | None = None) -> Run:
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KAIWOCONFIG")}
     env.update({"HOME": str(home), "NO_COLOR": "1", **(extra_env or {})})

@@ -66,7 +66,7 @@ async def test_plain_job_goes_through_the_status_machine(operator, admin, namesp
     assert not lq["metadata"]["ownerReferences"][0].get("controller")
 
     created = await wait_event(admin, namespace, "plain", "ResourceCreated")
-    assert created["message"] in ("Created batch/v1, Kind=Job: plain", f"Created kueue.x-k8s.io/v1beta2, Kind=LocalQueue: kaiwo")
+    assert created["message"] in ("Created batch/v1, Kind=Job: plain", "Created kueue.x-k8s.io/v1beta2, Kind=LocalQueue: kaiwo")
     await wait_event(admin, namespace, "plain", "WorkloadPending")
 
     # Kueue admits; the Job has no pods yet (§8.2: still PENDING) ...

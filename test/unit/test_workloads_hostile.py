@@ -6,7 +6,7 @@ import pytest
 
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.fielderrors import FieldError
-from kaiwo_ctrl.runtime.names import is_dns1123_label, is_label_value
+from kaiwo_ctrl.runtime.names import is_dns1123_label
 from kaiwo_ctrl.workloads.desired import desired_children, main_workload
 from kaiwo_ctrl.workloads.validation import SpecError
 from kaiwo_ctrl.workloads.world import World

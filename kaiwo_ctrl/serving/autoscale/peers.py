@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -21,7 +21,7 @@ _LINE = re.compile(rf'^{ACTIVE}\{{([^}}]*)\}} ([0-9.eE+-]+|NaN)$', re.M)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def peer_addresses(pods: list[Mapping[str, Any]], port: int) -> list[str]:
+def peer_addresses(pods: Sequence[Mapping[str, Any]], port: int) -> list[str]:
     out = []
     for p in pods:
         st = p.get("status") or {}
@@ -58,7 +58,7 @@ async def scrape_active(
     self-signed per replica, so they are not verified; the peers are the
     operator's own Ready Pods in its own namespace.
     """
-    scheme, headers, ssl = "http", {}, None
+    scheme, headers, ssl = "http", {}, True  # ssl is unused for plain http
     if secure:
         scheme, ssl = "https", False
         try:

@@ -41,7 +41,7 @@ class UpstreamFailed(Exception):
     """Every attempt ended in a transport error."""
 
 
-def _dropped(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> set[str]:
+def _dropped(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> frozenset[str]:
     named = {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",")}
     return HOP_BY_HOP | named
 

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -187,6 +186,7 @@ class ProxyHandler:
                             timing["sent"] = time.perf_counter()
 
                     path = "/v1/" + route + (("?" + request.query_string) if request.query_string else "")
+                    assert self.session is not None, "ProxyHandler.start() was not awaited"
                     resp = await forward(
                         request, self.session, path, body, request_headers(request.headers), acquire, group.release,
                         lambda reason: self.metrics.retries.labels(reason).inc(), sent,

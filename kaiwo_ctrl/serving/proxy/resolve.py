@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -66,7 +66,7 @@ class Resolver:
         self.models = models
         models.add_indexer(NAME_INDEX, index_by_name)
 
-    def _visible(self, objs: list[Mapping[str, Any]], selectors: list[Requirement]) -> list[Mapping[str, Any]]:
+    def _visible(self, objs: Sequence[Mapping[str, Any]], selectors: list[Requirement]) -> list[Mapping[str, Any]]:
         return [m for m in objs if matches(selectors, m["metadata"].get("labels"))]
 
     def resolve(self, requested: str, selectors: list[Requirement], namespace: str | None = None) -> Target:
@@ -77,6 +77,7 @@ class Resolver:
                 raise ProxyError(404, f"model not found: {requested!r}")
             ns = namespace
         name, _, adapter = rest.partition("_")
+        found: Sequence[Mapping[str, Any]]
         if ns:
             m = self.models.get(name, ns)
             found = [m] if m is not None else []

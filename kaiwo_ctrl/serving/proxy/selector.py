@@ -23,7 +23,9 @@ class SelectorError(ValueError):
 
 
 def _split(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

@@ -113,7 +113,7 @@ def test_quota_two_run_third_waits_until_one_finishes(queue_ready):
     assert status(admin, waiting) == "PENDING"
 
     def third_runs_after_one_finished():
-        now = watch.poll()
+        watch.poll()
         finished = [n for n in holding if condition(workload(admin, n), "Finished").get("status") == "True"]
         if holds_quota(workload(admin, waiting)):
             assert finished, "the third was admitted while both others still held the quota"

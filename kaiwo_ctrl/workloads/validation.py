@@ -18,6 +18,11 @@ from .storage import OBJECT_DOWNLOAD_KINDS
 from .timing import parse_duration
 from .world import World
 
+#: Linux MAX_ARG_STRLEN (32 pages of 4 KiB): the longest single argv string,
+#: terminating NUL included. The entrypoint script is passed as one argument.
+MAX_ARG_STRLEN = 32 * 4096
+MAX_ENTRYPOINT_BYTES = MAX_ARG_STRLEN - 1
+
 
 @dataclass(frozen=True)
 class SpecError:
@@ -109,6 +114,14 @@ def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
                 "gpusPerReplica is set but replicas is not: set replicas as well",
             )
         )
+    if obj.gpus > 0 and obj.gpus_per_replica > obj.gpus:
+        errors.append(
+            SpecError(
+                "spec.gpusPerReplica",
+                "InvalidValue",
+                f"{obj.gpus_per_replica}: must not be greater than spec.gpus ({obj.gpus})",
+            )
+        )
     total_requested = max(obj.gpus, (obj.replicas or 0) * obj.gpus_per_replica)
     vendor = obj.gpu_vendor.lower()
     if total_requested > 0 and vendor not in KNOWN_VENDORS:
@@ -163,15 +176,31 @@ def _entrypoint_errors(obj: KaiwoObject) -> list[SpecError]:
         if not obj.is_job:
             return []  # a Ray service ignores entrypoint (serveConfigV2 instead)
         user = obj.user_spec or {}
-        if not normalize_entrypoint(text) and not (user.get("spec") or {}).get("entrypoint"):
+        script = normalize_entrypoint(text)
+        if not script and not (user.get("spec") or {}).get("entrypoint"):
             return [SpecError("spec.entrypoint", "EntrypointRequired", "a Ray job needs an entrypoint")]
-        return []
+        return _entrypoint_size_errors([script] if script else [])
     if not text:
         return []
     try:
-        parse_entrypoint(text)
+        args = parse_entrypoint(text)
     except EntrypointError as exc:
         return [SpecError("spec.entrypoint", "InvalidEntrypoint", str(exc))]
+    return _entrypoint_size_errors(args)
+
+
+def _entrypoint_size_errors(args: list[str]) -> list[SpecError]:
+    """The longest argument the entrypoint becomes must fit in MAX_ARG_STRLEN."""
+    longest = max((len(a.encode()) for a in args), default=0)
+    if longest > MAX_ENTRYPOINT_BYTES:
+        return [
+            SpecError(
+                "spec.entrypoint",
+                "EntrypointTooLong",
+                f"may have at most {MAX_ENTRYPOINT_BYTES} bytes in one argument "
+                f"(the kernel's MAX_ARG_STRLEN), has {longest}",
+            )
+        ]
     return []
 
 

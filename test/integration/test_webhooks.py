@@ -314,56 +314,25 @@ async def test_semantic_validation_names_the_field_and_accepts_the_boundary(serv
     assert r.status_code in (200, 201), r.text
 
 
-async def test_model_profiles_are_checked_against_the_model_configuration(serving, plane, admin):
-    """The Model check asks a ``profiles`` callable for the current model
-    configuration. ``kaiwo-ctrl run`` has none to give yet (the serving
-    package will), so this test runs a second webhook server in-process, with
-    its own configurations, that is given one."""
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.manager import Manager
-    from kaiwo_ctrl.runtime.metrics import Metrics
-    from kaiwo_ctrl.webhooks import WebhookOptions, setup
-    from kaiwo_ctrl.serving.config import parse_config
-
-    profiles = parse_config({"resourceProfiles": {"nvidia-gpu-l4": {}},
-                             "cacheProfiles": {"standard": {"sharedFilesystem": {"storageClassName": "standard"}}}})
-    opts = WebhookOptions(host="127.0.0.1", port=free_port(), namespace=OP_NS, url_host="127.0.0.1",
-                          config_prefix="kaiwo-models", secret_name="models-webhook-cert", profiles=lambda: profiles)
-    client = await Client.from_kubeconfig(str(plane.kubeconfig))
-    mgr = Manager(client, metrics=Metrics(), metrics_addr="0", health_addr="0")
-    server = setup(mgr, opts)
-    await server.start()
-    stop = asyncio.Event()
-    task = asyncio.create_task(mgr.run(stop))
+async def test_model_profiles_are_checked_against_the_model_configuration(serving, admin):
+    """The operator runs with the built-in model configuration (KubeAI's chart
+    profiles, no cache profiles); its Model webhook checks names against it
+    with the Model controller's own checks."""
     url = "/apis/kubeai.org/v1/namespaces/default/models"
 
     def model(**spec) -> dict:
         return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m"},
                 "spec": {"url": "hf://org/model", "engine": "VLLM", "features": ["TextGeneration"], **spec}}
 
-    def post(body: dict):
-        # from a thread: this event loop also runs the webhook server the apiserver calls
-        return asyncio.to_thread(admin.post, url, json=body, params=DRY)
-
-    try:
-        async def answered():
-            r = await post(model(resourceProfile="amd-gpu-mi300x:1"))
-            return r.status_code == 403 and r
-        r = await eventually(answered, timeout=60, interval=0.3, what="the in-process Model webhook")
-        message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
-        assert "spec.resourceProfile: " in message and "nvidia-gpu-l4" in message, message
-        r = await post(model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="fast"))
-        message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
-        assert "spec.cacheProfile: " in message and "spec.resourceProfile" not in message, message
-        r = await post(model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="standard"))
-        assert r.status_code == 201, r.text
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await server.stop()
-        for cfg in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            kind = cfg.removesuffix("webhookconfigurations")
-            admin.delete(f"/apis/admissionregistration.k8s.io/v1/{cfg}/kaiwo-models-{kind}-webhook-configuration")
+    r = admin.post(url, json=model(resourceProfile="no-such-profile:1"), params=DRY)
+    message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
+    assert "spec.resourceProfile: unknown resource profile 'no-such-profile'" in message, message
+    assert "nvidia-gpu-l4" in message, "the refusal lists the known profiles"
+    r = admin.post(url, json=model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="fast"), params=DRY)
+    message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
+    assert "spec.cacheProfile: " in message and "spec.resourceProfile" not in message, message
+    r = admin.post(url, json=model(resourceProfile="nvidia-gpu-l4:1"), params=DRY)
+    assert r.status_code == 201, r.text
 
 
 # ------------------------------------------------------- TLS and failure

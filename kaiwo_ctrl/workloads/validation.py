@@ -97,8 +97,8 @@ def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
     return list(hit[1])
 
 
-def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
-    spec = obj.spec
+def _gpu_errors(obj: KaiwoObject, world: World) -> list[SpecError]:
+    """GPU and replica counts: signs, consistency, and a vendor some node offers."""
     errors: list[SpecError] = []
     if obj.gpus < 0:
         errors.append(SpecError("spec.gpus", "InvalidValue", "must not be negative"))
@@ -136,6 +136,12 @@ def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
                     f"unknown GPU vendor {obj.gpu_vendor!r}: use amd or nvidia (no node pool offers this vendor)",
                 )
             )
+    return errors
+
+
+def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
+    spec = obj.spec
+    errors = _gpu_errors(obj, world)
 
     for part in ("limits", "requests"):
         errors += _quantity_errors((spec.get("resources") or {}).get(part), f"spec.resources.{part}")

@@ -49,6 +49,7 @@ from .routes import (
     is_ours,
 )
 from .status import Observed, desired_status
+from .validation import first_error
 
 log = logging.getLogger("kaiwo_ctrl.aim")
 
@@ -165,6 +166,7 @@ class AIMReconciler:
                 taken=tuple(taken),
                 models=len(models),
                 workloads=workloads,
+                spec_error=first_error(config),
             )
             await self._write_status(config, seen)
         live = {(ns, _meta(c).get("name")) for c in configs}

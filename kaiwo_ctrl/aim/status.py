@@ -10,6 +10,9 @@ Conditions:
   says Accepted=True. False names the refused routes; Unknown names the routes
   no gateway controller has reported on yet.
 * ``Ready``: in force, and (no gateway set, or gateway found and every route accepted).
+  False with ``InvalidSpec`` naming the field when the spec fails
+  :mod:`.validation` (the admission webhook's checks, for a config that got
+  past a stopped webhook).
 
 A config in conflict only carries ``Ready`` and ``Conflict``: nothing else of
 it applies.
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kaiwo_ctrl.runtime.conditions import find_condition, remove_condition, set_condition
+from kaiwo_ctrl.runtime.conditions import bound_message, find_condition, remove_condition, set_condition
 
 from .routes import names_list, not_accepted
 
@@ -41,10 +44,18 @@ class Observed:
     taken: tuple[str, ...] = ()  # route names held by HTTPRoutes kaiwo-ctrl did not make
     models: int = 0
     workloads: int = 0
+    spec_error: str = ""  # the first spec validation error, naming its field
 
 
 def _conditions(name: str, seen: Observed) -> list[tuple[str, str, str, str]]:
     """(type, status, reason, message) for every condition the config should carry."""
+    out = _observed_conditions(name, seen)
+    if seen.spec_error:
+        out = [c for c in out if c[0] != READY] + [(READY, "False", "InvalidSpec", bound_message(seen.spec_error))]
+    return out
+
+
+def _observed_conditions(name: str, seen: Observed) -> list[tuple[str, str, str, str]]:
     if seen.in_force_name and seen.in_force_name != name:
         msg = f"AIMNamespaceConfig {seen.in_force_name} is older and in force in this namespace; this one is ignored"
         return [(CONFLICT, "True", "Conflict", msg), (READY, "False", "Conflict", msg)]

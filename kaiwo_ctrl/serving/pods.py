@@ -33,7 +33,7 @@ from .config import SystemConfig
 from .engines import ENGINES, MODEL_DIR, PORT, EngineInput
 from .files import files_volume
 from .jsonpatch import PatchError, apply_patch
-from .profiles import resolve_image, resolve_profile
+from .profiles import check_cache_profile, resolve_image, resolve_profile
 from .urls import ModelURL, parse_url
 
 LABEL_APP = "app"
@@ -187,9 +187,7 @@ def build_pod(model: dict[str, Any], config: SystemConfig, ns_config: Any = None
     profile = resolve_profile(spec.get("resourceProfile"), config)
     image = resolve_image(engine, spec.get("image"), profile, config)
     cache_profile = spec.get("cacheProfile")
-    if cache_profile and cache_profile not in config.cache_profiles:
-        known = ", ".join(sorted(config.cache_profiles)) or "none configured"
-        raise FieldError("spec.cacheProfile", f"unknown cache profile {cache_profile!r} (known: {known})", cache_profile)
+    check_cache_profile(cache_profile, config)
     cdir = cache_dir(name, uid) if cache_profile else None
     parts = ENGINES[engine](
         EngineInput(name, url, list(spec.get("args") or []), list(spec.get("features") or []), cdir, spec.get("adapters") is not None)

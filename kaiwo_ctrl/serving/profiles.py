@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -51,7 +52,9 @@ def multiply(quantity: Any, count: int, where: str) -> str:
     return number + m.group(2)
 
 
-def resolve_profile(spec_value: str | None, config: SystemConfig) -> Profile:
+def profile_ref(spec_value: str | None, config: SystemConfig) -> tuple[str, int]:
+    """``spec.resourceProfile`` as (profile name, count); a FieldError on it
+    when it is missing, malformed or names no profile of ``config``."""
     field_path = "spec.resourceProfile"
     if not spec_value:
         raise FieldError(field_path, 'is required: "<profile>:<count>", e.g. cpu:1')
@@ -65,10 +68,39 @@ def resolve_profile(spec_value: str | None, config: SystemConfig) -> Profile:
         raise FieldError(field_path, f"count {count_text!r} is not an integer", spec_value) from None
     if count < 1:
         raise FieldError(field_path, f"count must be at least 1, got {count}", spec_value)
-    prof = config.resource_profiles.get(name)
-    if prof is None:
+    if name not in config.resource_profiles:
         known = ", ".join(sorted(config.resource_profiles)[:20])
         raise FieldError(field_path, f"unknown resource profile {name!r} (known: {known})", spec_value)
+    return name, count
+
+
+def check_cache_profile(value: str | None, config: SystemConfig) -> None:
+    """A FieldError on ``spec.cacheProfile`` when it names no cache profile of ``config``."""
+    if value and value not in config.cache_profiles:
+        known = ", ".join(sorted(config.cache_profiles)[:20]) or "none configured"
+        raise FieldError("spec.cacheProfile", f"unknown cache profile {value!r} (known: {known})", value)
+
+
+def profile_errors(spec: Mapping[str, Any], config: SystemConfig) -> list[FieldError]:
+    """The Model's profile names against ``config``: the checks the Pod build
+    makes, for admission. A missing ``resourceProfile`` is accepted there
+    (KubeAI accepts it; the Model then reports ConfigValid=False)."""
+    out: list[FieldError] = []
+    if spec.get("resourceProfile"):
+        try:
+            profile_ref(spec["resourceProfile"], config)
+        except FieldError as e:
+            out.append(e)
+    try:
+        check_cache_profile(spec.get("cacheProfile"), config)
+    except FieldError as e:
+        out.append(e)
+    return out
+
+
+def resolve_profile(spec_value: str | None, config: SystemConfig) -> Profile:
+    name, count = profile_ref(spec_value, config)
+    prof = config.resource_profiles[name]
     where = f"resourceProfiles.{name}"
     return Profile(
         name=name,

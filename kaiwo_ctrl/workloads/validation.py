@@ -18,6 +18,11 @@ from .storage import OBJECT_DOWNLOAD_KINDS
 from .timing import parse_duration
 from .world import World
 
+#: Linux MAX_ARG_STRLEN (32 pages of 4 KiB): the longest single argv string,
+#: terminating NUL included. The entrypoint script is passed as one argument.
+MAX_ARG_STRLEN = 32 * 4096
+MAX_ENTRYPOINT_BYTES = MAX_ARG_STRLEN - 1
+
 
 @dataclass(frozen=True)
 class SpecError:
@@ -92,8 +97,8 @@ def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
     return list(hit[1])
 
 
-def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
-    spec = obj.spec
+def _gpu_errors(obj: KaiwoObject, world: World) -> list[SpecError]:
+    """GPU and replica counts: signs, consistency, and a vendor some node offers."""
     errors: list[SpecError] = []
     if obj.gpus < 0:
         errors.append(SpecError("spec.gpus", "InvalidValue", "must not be negative"))
@@ -107,6 +112,14 @@ def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
                 "spec.gpusPerReplica",
                 "ReplicasRequired",
                 "gpusPerReplica is set but replicas is not: set replicas as well",
+            )
+        )
+    if obj.gpus > 0 and obj.gpus_per_replica > obj.gpus:
+        errors.append(
+            SpecError(
+                "spec.gpusPerReplica",
+                "InvalidValue",
+                f"{obj.gpus_per_replica}: must not be greater than spec.gpus ({obj.gpus})",
             )
         )
     total_requested = max(obj.gpus, (obj.replicas or 0) * obj.gpus_per_replica)
@@ -123,6 +136,12 @@ def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
                     f"unknown GPU vendor {obj.gpu_vendor!r}: use amd or nvidia (no node pool offers this vendor)",
                 )
             )
+    return errors
+
+
+def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
+    spec = obj.spec
+    errors = _gpu_errors(obj, world)
 
     for part in ("limits", "requests"):
         errors += _quantity_errors((spec.get("resources") or {}).get(part), f"spec.resources.{part}")
@@ -163,15 +182,31 @@ def _entrypoint_errors(obj: KaiwoObject) -> list[SpecError]:
         if not obj.is_job:
             return []  # a Ray service ignores entrypoint (serveConfigV2 instead)
         user = obj.user_spec or {}
-        if not normalize_entrypoint(text) and not (user.get("spec") or {}).get("entrypoint"):
+        script = normalize_entrypoint(text)
+        if not script and not (user.get("spec") or {}).get("entrypoint"):
             return [SpecError("spec.entrypoint", "EntrypointRequired", "a Ray job needs an entrypoint")]
-        return []
+        return _entrypoint_size_errors([script] if script else [])
     if not text:
         return []
     try:
-        parse_entrypoint(text)
+        args = parse_entrypoint(text)
     except EntrypointError as exc:
         return [SpecError("spec.entrypoint", "InvalidEntrypoint", str(exc))]
+    return _entrypoint_size_errors(args)
+
+
+def _entrypoint_size_errors(args: list[str]) -> list[SpecError]:
+    """The longest argument the entrypoint becomes must fit in MAX_ARG_STRLEN."""
+    longest = max((len(a.encode()) for a in args), default=0)
+    if longest > MAX_ENTRYPOINT_BYTES:
+        return [
+            SpecError(
+                "spec.entrypoint",
+                "EntrypointTooLong",
+                f"may have at most {MAX_ENTRYPOINT_BYTES} bytes in one argument "
+                f"(the kernel's MAX_ARG_STRLEN), has {longest}",
+            )
+        ]
     return []
 
 

@@ -209,3 +209,14 @@ async def test_two_configs_conflict_on_the_younger(aim_operator, admin, namespac
     assert admin.delete(config_url(namespace, "aaa-first")).status_code == 200
     await wait_condition(admin, namespace, "Conflict", "False", name="zzz-second")
     await eventually(lambda: get(admin, route_url(namespace, "model-m")), what="route under the config now in force")
+
+
+async def test_a_bad_spec_is_reported_by_the_reconciler(aim_operator, admin, namespace, operator_ns):
+    """No webhook runs here (as when the operator's webhook is down: fail-open):
+    the reconciler runs the webhook's checks and names the same field."""
+    create_config(admin, namespace, credentials={"huggingFaceToken": {"secretName": "hf"}})
+    ready = await wait_condition(admin, namespace, "Ready", "False")
+    assert ready[1] == "InvalidSpec" and ready[2].startswith("spec.credentials.huggingFaceToken.secretKey: "), ready
+    fix = {"spec": {"credentials": {"huggingFaceToken": {"secretName": "hf", "secretKey": "token"}}}}
+    assert admin.patch(config_url(namespace, "tenant"), json=fix, headers=MERGE).status_code == 200
+    await wait_condition(admin, namespace, "Ready", "True")

@@ -314,55 +314,25 @@ async def test_semantic_validation_names_the_field_and_accepts_the_boundary(serv
     assert r.status_code in (200, 201), r.text
 
 
-async def test_model_profiles_are_checked_against_the_model_configuration(serving, plane, admin):
-    """The Model check asks a ``profiles`` callable for the current model
-    configuration. ``kaiwo-ctrl run`` has none to give yet (the serving
-    package will), so this test runs a second webhook server in-process, with
-    its own configurations, that is given one."""
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.manager import Manager
-    from kaiwo_ctrl.runtime.metrics import Metrics
-    from kaiwo_ctrl.webhooks import WebhookOptions, setup
-    from kaiwo_ctrl.webhooks.validate import ModelProfiles
-
-    profiles = ModelProfiles(frozenset({"nvidia-gpu-l4"}), frozenset({"standard"}))
-    opts = WebhookOptions(host="127.0.0.1", port=free_port(), namespace=OP_NS, url_host="127.0.0.1",
-                          config_prefix="kaiwo-models", secret_name="models-webhook-cert", profiles=lambda: profiles)
-    client = await Client.from_kubeconfig(str(plane.kubeconfig))
-    mgr = Manager(client, metrics=Metrics(), metrics_addr="0", health_addr="0")
-    server = setup(mgr, opts)
-    await server.start()
-    stop = asyncio.Event()
-    task = asyncio.create_task(mgr.run(stop))
+async def test_model_profiles_are_checked_against_the_model_configuration(serving, admin):
+    """The operator runs with the built-in model configuration (KubeAI's chart
+    profiles, no cache profiles); its Model webhook checks names against it
+    with the Model controller's own checks."""
     url = "/apis/kubeai.org/v1/namespaces/default/models"
 
     def model(**spec) -> dict:
         return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m"},
                 "spec": {"url": "hf://org/model", "engine": "VLLM", "features": ["TextGeneration"], **spec}}
 
-    def post(body: dict):
-        # from a thread: this event loop also runs the webhook server the apiserver calls
-        return asyncio.to_thread(admin.post, url, json=body, params=DRY)
-
-    try:
-        async def answered():
-            r = await post(model(resourceProfile="amd-gpu-mi300x:1"))
-            return r.status_code == 403 and r
-        r = await eventually(answered, timeout=60, interval=0.3, what="the in-process Model webhook")
-        message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
-        assert "spec.resourceProfile: " in message and "nvidia-gpu-l4" in message, message
-        r = await post(model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="fast"))
-        message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
-        assert "spec.cacheProfile: " in message and "spec.resourceProfile" not in message, message
-        r = await post(model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="standard"))
-        assert r.status_code == 201, r.text
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await server.stop()
-        for cfg in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            kind = cfg.removesuffix("webhookconfigurations")
-            admin.delete(f"/apis/admissionregistration.k8s.io/v1/{cfg}/kaiwo-models-{kind}-webhook-configuration")
+    r = admin.post(url, json=model(resourceProfile="no-such-profile:1"), params=DRY)
+    message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
+    assert "spec.resourceProfile: unknown resource profile 'no-such-profile'" in message, message
+    assert "nvidia-gpu-l4" in message, "the refusal lists the known profiles"
+    r = admin.post(url, json=model(resourceProfile="nvidia-gpu-l4:1", cacheProfile="fast"), params=DRY)
+    message = refused_by_webhook(r, "validate-model.kaiwo.silogen.ai")
+    assert "spec.cacheProfile: " in message and "spec.resourceProfile" not in message, message
+    r = admin.post(url, json=model(resourceProfile="nvidia-gpu-l4:1"), params=DRY)
+    assert r.status_code == 201, r.text
 
 
 # ------------------------------------------------------- TLS and failure
@@ -408,6 +378,15 @@ def workload_body(kind: str, name: str, spec: dict) -> dict:
     return {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": kind, "metadata": {"name": name}, "spec": spec}
 
 
+#: (kind, name, spec, field) created while no webhook runs; the reconcilers report each as ERROR naming the field
+BAD_WORKLOADS = [
+    ("KaiwoJob", "bad", {**WORKLOAD, "resources": {"limits": {"cpu": "-1"}}}, "spec.resources.limits.cpu"),
+    ("KaiwoService", "bad", {**WORKLOAD, "resources": {"limits": {"cpu": "-1"}}}, "spec.resources.limits.cpu"),
+    ("KaiwoService", "gpus", {**WORKLOAD, "gpus": 2, "replicas": 1, "gpusPerReplica": 3}, "spec.gpusPerReplica"),
+    ("KaiwoJob", "entrypoint", {**WORKLOAD, "entrypoint": "x" * 131072}, "spec.entrypoint"),
+]
+
+
 async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(serving, plane, admin, tmp_path):
     """Runs last in this module: it stops the operator."""
     ns, enforced = new_namespace(admin), new_namespace(admin, enforce=True)
@@ -420,9 +399,8 @@ async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(s
     r = admin.post(jobs_url(ns), json=job_body("labelled", {MANAGED: "true"}))
     assert r.status_code == 201, r.text
     assert not r.json()["metadata"].get("finalizers"), "no webhook ran, so no finalizer"
-    bad_cpu = {**WORKLOAD, "resources": {"limits": {"cpu": "-1"}}}
-    for kind in ("KaiwoJob", "KaiwoService"):
-        r = admin.post(f"{KAIWO}/namespaces/{ns}/{kind.lower()}s", json=workload_body(kind, "bad", bad_cpu))
+    for kind, name, spec, _field in BAD_WORKLOADS:
+        r = admin.post(f"{KAIWO}/namespaces/{ns}/{kind.lower()}s", json=workload_body(kind, name, spec))
         assert r.status_code == 201, r.text
     r = admin.post(f"/apis/config.kaiwo.silogen.ai/v1alpha1/namespaces/{ns}/aimnamespaceconfigs",
                    json={"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig",
@@ -442,10 +420,17 @@ async def test_operator_stopped_fails_open_and_reconcilers_still_report_errors(s
 
     op = start_operator(plane, tmp_path / "restarted.log")
     try:
-        for kind in ("KaiwoJob", "KaiwoService"):
-            st = await wait_status(admin, kind, ns, "bad", "ERROR", timeout=120)
+        for kind, name, _spec, field in BAD_WORKLOADS:
+            st = await wait_status(admin, kind, ns, name, "ERROR", timeout=120)
             messages = " ".join(c.get("message", "") for c in st.get("conditions") or [])
-            assert "spec.resources.limits.cpu" in messages, st
+            assert f"{field}: " in messages, st
+
+        def config_invalid():
+            conds = (admin.get(f"/apis/kubeai.org/v1/namespaces/{ns}/models/m").json().get("status") or {}).get("conditions")
+            return next((c for c in conds or [] if c["type"] == "ConfigValid" and c["status"] == "False"), None)
+
+        cond = await eventually(config_invalid, timeout=120, what="Model ConfigValid=False")
+        assert cond["message"].startswith("spec.resourceProfile: "), cond
         # back, the leader releases what the webhook could not
         await eventually(lambda: not exists(admin, jobs_url(ns, "adopted")), timeout=60, what="Terminating Job released")
         await eventually(lambda: not exists(admin, kaiwojob_url(ns, "adopted")), what="its KaiwoJob deleted")

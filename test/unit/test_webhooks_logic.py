@@ -14,16 +14,7 @@ from kaiwo_ctrl.webhooks import registration as reg
 from kaiwo_ctrl.webhooks.jobs import FINALIZER, mutation, tracking_kaiwojob
 from kaiwo_ctrl.webhooks.server import MAX_LISTED_ERRORS, Verdict
 from kaiwo_ctrl.webhooks.tls import CA_SETTLE, Material, TLSOptions, plan_secret
-from kaiwo_ctrl.webhooks.validate import (
-    MAX_ENTRYPOINT_BYTES,
-    ModelProfiles,
-    aim_namespace_config_errors,
-    entrypoint_size_errors,
-    gpus_per_replica_errors,
-    model_profile_errors,
-    queue_config_errors,
-    workload_errors,
-)
+from kaiwo_ctrl.webhooks.validate import model_profile_errors, queue_config_errors, workload_errors
 from kaiwo_ctrl.workloads.world import World
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
@@ -205,20 +196,6 @@ def test_tracking_kaiwojob_follows_the_stored_job():
 # -------------------------------------------------------------- our kinds
 
 
-def test_gpus_per_replica_boundary():
-    assert gpus_per_replica_errors({"gpus": 4, "gpusPerReplica": 4}) == []
-    [err] = gpus_per_replica_errors({"gpus": 4, "gpusPerReplica": 5})
-    assert err.path == "spec.gpusPerReplica"
-    assert gpus_per_replica_errors({"gpusPerReplica": 8}) == [], "without gpus, replicas x gpusPerReplica is the total"
-
-
-def test_entrypoint_size_boundary():
-    assert entrypoint_size_errors("x" * MAX_ENTRYPOINT_BYTES, ray=False) == []
-    [err] = entrypoint_size_errors("x" * (MAX_ENTRYPOINT_BYTES + 1), ray=False)
-    assert err.path == "spec.entrypoint" and str(MAX_ENTRYPOINT_BYTES) in err.detail
-    assert entrypoint_size_errors("é" * (MAX_ENTRYPOINT_BYTES // 2 + 1), ray=True), "bytes, not characters"
-
-
 def test_workload_errors_use_the_reconciler_validation():
     doc = {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob", "metadata": {"name": "w"},
            "spec": {"storage": {"storageEnabled": True, "data": {"storageSize": "lots"}}}}
@@ -230,36 +207,6 @@ def test_queue_config_with_an_undefined_flavor():
         {"coveredResources": ["cpu"], "flavors": [{"name": "x", "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}]}
     [err] = queue_config_errors({"spec": spec})
     assert err.path == "spec.clusterQueues[0].spec.resourceGroups[0].flavors[0].name"
-
-
-PROFILES = ModelProfiles(frozenset({"nvidia-gpu-l4", "cpu"}), frozenset({"standard"}))
-
-
-@pytest.mark.parametrize(("spec", "paths"), [
-    ({"resourceProfile": "nvidia-gpu-l4:2", "cacheProfile": "standard"}, []),
-    ({"resourceProfile": "amd-gpu-mi300:1"}, ["spec.resourceProfile"]),
-    ({"resourceProfile": "cpu"}, ["spec.resourceProfile"]),
-    ({"resourceProfile": "cpu:x"}, ["spec.resourceProfile"]),
-    ({"cacheProfile": "fast"}, ["spec.cacheProfile"]),
-])
-def test_model_profiles(spec, paths):
-    assert [e.path for e in model_profile_errors(spec, PROFILES)] == paths
-
-
-def test_model_profiles_unknown_config_checks_nothing():
-    assert model_profile_errors({"resourceProfile": "whatever:1"}, None) == []
-
-
-def test_aim_namespace_config_secret_references():
-    doc = {"spec": {"credentials": {"s3": [{"accessKeyId": {"secretName": "Bad_Name", "secretKey": "k"},
-                                           "secretAccessKey": {"secretKey": "k"}}]},
-                    "gateway": {"name": "gw"}, "images": {"imagePullSecrets": ["ok", "NOT ok"]}}}
-    assert sorted(e.path for e in aim_namespace_config_errors(doc)) == [
-        "spec.credentials.s3[0].accessKeyId.secretName",
-        "spec.credentials.s3[0].secretAccessKey.secretName",
-        "spec.gateway.namespace",
-        "spec.images.imagePullSecrets[1]",
-    ]
 
 
 def test_refusals_are_bounded():
@@ -300,10 +247,12 @@ def test_config_default_wires_the_webhooks_to_the_manager():
 def test_profiles_follow_a_live_model_config_source():
     from types import SimpleNamespace
 
+    from kaiwo_ctrl.serving.config import parse_config
     from kaiwo_ctrl.webhooks.validate import profiles_of
 
-    source = SimpleNamespace(current=SimpleNamespace(resource_profiles={"cpu": {}}, cache_profiles={}))
+    source = SimpleNamespace(current=parse_config({"resourceProfiles": {"cpu": {}}}))
     lookup = profiles_of(source)
     assert [e.path for e in model_profile_errors({"resourceProfile": "gpu:1"}, lookup())] == ["spec.resourceProfile"]
-    source.current = SimpleNamespace(resource_profiles={"cpu": {}, "gpu": {}}, cache_profiles={})
+    source.current = parse_config({"resourceProfiles": {"cpu": {}, "gpu": {}}})
     assert model_profile_errors({"resourceProfile": "gpu:1"}, lookup()) == []
+    assert model_profile_errors({"resourceProfile": "whatever:1"}, None) == [], "no model config known: nothing checked"

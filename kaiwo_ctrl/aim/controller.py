@@ -31,7 +31,6 @@ from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.resources import discover

@@ -219,7 +219,7 @@ class Informer:
                         await asyncio.sleep(delay)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # noqa: BLE001 - keep the informer alive whatever happens
+                except Exception as e:  # keep the informer alive whatever happens
                     self.last_error = repr(e)
                     log.exception("informer loop failed", extra={"kind": self.name})
                     need_list, list_rv = True, ""
@@ -393,7 +393,7 @@ class Informer:
     def _safe(fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001 - one broken handler must not stop the informer
+        except Exception:  # one broken handler must not stop the informer
             log.exception("event handler failed")
 
     async def _resync_loop(self) -> None:

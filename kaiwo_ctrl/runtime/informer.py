@@ -24,6 +24,7 @@ Handlers run synchronously on the informer task and must only enqueue keys.
 
 from __future__ import annotations
 
+import builtins
 import asyncio
 import logging
 import random
@@ -410,7 +411,7 @@ class Informer:
     def list(self, namespace: str | None = None) -> list[Obj]:
         return self.store.list(namespace)
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         return self.store.by_index(index, value)
 
     def stalled_for(self) -> float:

@@ -181,7 +181,7 @@ class CacheManager:
         annotation = (pvc["metadata"].get("annotations") or {}).get(PVC_ANNOTATION_PREFIX + name)
         loaded = False
         try:
-            loaded = bool(annotation) and json.loads(annotation).get("uid") == uid
+            loaded = annotation is not None and json.loads(annotation).get("uid") == uid
         except ValueError:
             loaded = False
         job_name = loader_job_name(name)

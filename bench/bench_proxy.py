@@ -44,7 +44,7 @@ def _raise_nofile() -> None:
 
 
 def _loop_factory():
-    from kaiwo_ctrl.serving.proxy.command import new_event_loop_factory
+    from kaiwo_ctrl.serving.command import new_event_loop_factory
 
     return new_event_loop_factory()
 

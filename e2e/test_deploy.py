@@ -9,6 +9,8 @@ ClusterQueue the operator wrote, and unsuspends the Job.
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from e2e.conftest import ROOT, condition, forbidden_lines, get, wait_for
@@ -55,7 +57,7 @@ def test_operator_runs_as_its_service_account(operator, admin, deployed):
     assert httpx.get(url, timeout=5, verify=False).status_code == 401  # self-signed certificate
     import yaml
 
-    token = yaml.safe_load(open(operator.env["KUBECONFIG"]))["users"][0]["user"]["token"]
+    token = yaml.safe_load(pathlib.Path(operator.env["KUBECONFIG"]).read_text())["users"][0]["user"]["token"]
     sa = deployed["service_account"]["metadata"]
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": "e2e-metrics-reader"},
@@ -75,7 +77,7 @@ def test_operator_runs_as_its_service_account(operator, admin, deployed):
     wait_for(lambda: get(admin, "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs/kaiwo"), 60, "KaiwoConfig kaiwo")
     # the identity really is the ServiceAccount, not an admin
     who = operator.env["KUBECONFIG"]
-    assert "token" in open(who).read()
+    assert "token" in pathlib.Path(who).read_text()
 
 
 def test_samples_converge(operator, kubectl, admin):

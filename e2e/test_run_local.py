@@ -65,7 +65,7 @@ def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
     import socketserver
 
     class Fake(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
             body = b'{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"hi from fake"}}]}'
             self.send_response(200)

@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
     )
     _webhook_args(run)
-    from kaiwo_ctrl.serving.proxy.command import add_autoscaler_arguments, add_proxy_arguments
+    from kaiwo_ctrl.serving.command import add_autoscaler_arguments, add_proxy_arguments
 
     add_proxy_arguments(run)
     add_autoscaler_arguments(run)
@@ -219,7 +219,7 @@ def _render(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from kaiwo_ctrl.runtime.logging import setup_logging
 
-    from kaiwo_ctrl.serving.proxy.command import new_event_loop_factory
+    from kaiwo_ctrl.serving.command import new_event_loop_factory
 
     setup_logging(args.log_level, args.log_format)
     try:
@@ -266,7 +266,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         mgr.metrics_ssl = server_ssl_context(
             f"{cert_dir}/tls.crt" if cert_dir else None, f"{cert_dir}/tls.key" if cert_dir else None
         )
-    from kaiwo_ctrl.serving.proxy.command import run_with_manager, setup_serving
+    from kaiwo_ctrl.serving.command import run_with_manager, setup_serving
 
     webhooks = None
     if args.cmd == "run":

@@ -31,7 +31,6 @@ from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.resources import discover
@@ -145,7 +144,7 @@ class AIMReconciler:
         gateway = gateway_of(effective) if effective is not None else None
         models = [m for m in self.models.list(ns) if not _meta(m).get("deletionTimestamp")]
         desired = {}
-        if gateway is not None:
+        if gateway is not None and effective is not None:
             for m in models:
                 route = desired_route(m, effective, self.operator_ns)
                 desired[route["metadata"]["name"]] = route
@@ -177,7 +176,7 @@ class AIMReconciler:
 
     async def _sync_routes(self, ns: str, desired: dict[str, dict], config: Mapping[str, Any] | None) -> list[str]:
         """Create, repair and remove our routes; return the names held by routes not ours."""
-        existing = {_meta(r).get("name"): r for r in self.routes.list(ns)}
+        existing = {_meta(r)["name"]: r for r in self.routes.list(ns)}
         taken: list[str] = []
         for name, route in desired.items():
             current = existing.get(name)

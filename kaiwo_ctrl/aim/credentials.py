@@ -264,7 +264,7 @@ def env_names(env: Any) -> list[str]:
     """Names of a container env given as a list of EnvVars or a name->value map (KubeAI)."""
     if isinstance(env, Mapping):
         return [str(k) for k in env]
-    return [e.get("name") for e in env or () if isinstance(e, Mapping) and e.get("name")]
+    return [str(e["name"]) for e in env or () if isinstance(e, Mapping) and e.get("name")]
 
 
 def for_model(config: Any, model: Mapping[str, Any], *, url: str | None = None,

@@ -107,7 +107,7 @@ def desired_status(name: str, stored: Mapping[str, Any] | None, seen: Observed, 
         if not any(w[0] == type_ for w in wanted):
             remove_condition(conditions, type_)
     order = {t: i for i, t in enumerate((READY, GATEWAY_FOUND, ROUTES_ACCEPTED, CONFLICT))}
-    conditions.sort(key=lambda c: order.get(c.get("type"), 99))
+    conditions.sort(key=lambda c: order.get(str(c.get("type")), 99))
     in_force = not (seen.in_force_name and seen.in_force_name != name)
     return {
         "conditions": conditions,

@@ -93,7 +93,7 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
     items: list[dict[str, Any]] = []
     for kind in kinds:
         found, _ = await client.list_all(KINDS[kind], namespace)
-        for o in found:  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+        for o in found:
             o.setdefault("kind", kind)
             o.setdefault("apiVersion", KINDS[kind].api_version)
         items += found

@@ -12,6 +12,11 @@ Optionally (``components=("controller-manager", "scheduler", "kwok", "kueue")``)
 the job/deployment/GC controllers, the scheduler, kwok and the real Kueue
 controller manager run too, so Kueue admits workloads whose Jobs create Pods
 that are scheduled onto kwok-simulated Nodes and finish.
+
+Its PKI (:class:`kaiwo_ctrl.runtime.certs.TinyCA`) has three independent CAs,
+as a real cluster has: one signs the apiserver's serving certificate, one
+signs client certificates (user = CN, groups = O), and one key pair signs
+service-account tokens; all valid for a week (development and tests only).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from kaiwo_ctrl.local.certs import TinyCA
+from kaiwo_ctrl.runtime.certs import TinyCA
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = float(os.environ.get("KAIWO_CTRL_START_TIMEOUT", "90"))
@@ -254,7 +259,7 @@ class ControlPlane:
         from cryptography.hazmat.primitives import serialization
 
         ca = TinyCA.__new__(TinyCA)
-        from kaiwo_ctrl.local.certs import CertPair
+        from kaiwo_ctrl.runtime.certs import CertPair
 
         ca.pair = CertPair(
             x509.load_pem_x509_certificate((self.certs / "client-ca.crt").read_bytes()),

@@ -17,12 +17,13 @@ re-reads and retries a read-modify-write on 409.
 
 from __future__ import annotations
 
+import builtins
 import asyncio
 import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -281,7 +282,7 @@ class Client:
         }
         return await self.request("GET", res.path(namespace), params=params, timeout=timeout)
 
-    async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[list[dict], str]:
+    async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[builtins.list[dict], str]:
         """A consistent paged list: all items and the list's resourceVersion."""
         items: list[dict] = []
         rv = ""
@@ -298,7 +299,7 @@ class Client:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
         **kw: Any,
-    ) -> AsyncIterator[tuple[list[dict], str]]:
+    ) -> AsyncGenerator[tuple[builtins.list[dict], str], None]:
         """A consistent paged list, one ``(items, resourceVersion)`` per page, so a
         caller can trim each page before the next arrives. The resourceVersion
         (and its match rule) go with the first page only: later pages follow
@@ -419,7 +420,7 @@ class Client:
         field_selector: str | None = None,
         inactivity_timeout: float = 90.0,
         send_initial_events: bool = False,
-    ) -> AsyncIterator[dict]:
+    ) -> AsyncGenerator[dict, None]:
         """Stream watch events as dicts ``{"type": ..., "object": {...}}``.
 
         Lines are split on raw bytes (objects can be megabytes), and a stream

@@ -234,7 +234,7 @@ class Controller:
             return "error"
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - a bug in one reconcile must not kill the worker
+        except Exception as e:  # a bug in one reconcile must not kill the worker
             log.exception("reconcile raised", extra={"error": repr(e)})
             if self.metrics:
                 self.metrics.reconcile_errors.labels(controller=self.name).inc()

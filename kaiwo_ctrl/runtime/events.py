@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import socket
 import time
@@ -104,7 +105,7 @@ class EventRecorder:
             self.dropped += 1
         if not self._tasks or self._tasks[0].done():
             try:
-                self._tasks = [supervise(f"event-writer-{i}", lambda q=q: self._run(q)) for i, q in enumerate(self._queues)]
+                self._tasks = [supervise(f"event-writer-{i}", functools.partial(self._run, q)) for i, q in enumerate(self._queues)]
             except RuntimeError:
                 pass  # no running loop yet: the writers start with the first event recorded from one
 
@@ -134,7 +135,7 @@ class EventRecorder:
                 await self._write(ref, type_, reason, message, component or self.component)
             except ApiError as e:
                 log.debug("event not recorded", extra={"error": str(e), "reason": reason})
-            except Exception:  # noqa: BLE001 - events are best effort
+            except Exception:  # events are best effort
                 log.exception("event recorder failed")
             finally:
                 self._pending -= 1

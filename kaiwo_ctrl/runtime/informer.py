@@ -24,6 +24,7 @@ Handlers run synchronously on the informer task and must only enqueue keys.
 
 from __future__ import annotations
 
+import builtins
 import asyncio
 import logging
 import random
@@ -219,7 +220,7 @@ class Informer:
                         await asyncio.sleep(delay)
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # noqa: BLE001 - keep the informer alive whatever happens
+                except Exception as e:  # keep the informer alive whatever happens
                     self.last_error = repr(e)
                     log.exception("informer loop failed", extra={"kind": self.name})
                     need_list, list_rv = True, ""
@@ -393,7 +394,7 @@ class Informer:
     def _safe(fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001 - one broken handler must not stop the informer
+        except Exception:  # one broken handler must not stop the informer
             log.exception("event handler failed")
 
     async def _resync_loop(self) -> None:
@@ -410,7 +411,7 @@ class Informer:
     def list(self, namespace: str | None = None) -> list[Obj]:
         return self.store.list(namespace)
 
-    def by_index(self, index: str, value: str) -> list[Obj]:
+    def by_index(self, index: str, value: str) -> builtins.list[Obj]:
         return self.store.by_index(index, value)
 
     def stalled_for(self) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from kaiwo_ctrl.runtime.supervise import crash_looping
 log = logging.getLogger("kaiwo_ctrl.runtime.manager")
 
 Check = Callable[[], "str | None"]  # None = ok, else the failure reason
-Runnable = Callable[[], Awaitable[None]]
+Runnable = Callable[[], Coroutine[Any, Any, None]]
 
 
 class LeadershipLost(RuntimeError):
@@ -290,9 +290,9 @@ class Manager:
                             raise t.exception()  # type: ignore[misc]
                         log.info("leader runnable finished", extra={"runnable": t.get_name()})
             finally:
-                for t in (stopper, holder):
-                    if t is not None and not t.done():
-                        t.cancel()
+                for task in (stopper, holder):
+                    if task is not None and not task.done():
+                        task.cancel()
             if lost:
                 raise LeadershipLost("leader lease lost")
         finally:

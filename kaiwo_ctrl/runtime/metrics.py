@@ -134,7 +134,7 @@ class WorkQueueMetrics:
 
 def _weak_reader(fn: Callable[[], float]) -> Callable[[], float]:
     if hasattr(fn, "__self__") and hasattr(fn, "__func__"):
-        ref = weakref.WeakMethod(fn)  # type: ignore[arg-type]
+        ref = weakref.WeakMethod(fn)
 
         def read() -> float:
             target = ref()
@@ -360,7 +360,7 @@ class Metrics:
 
     def render(self) -> bytes:
         """Text exposition of everything in the registry."""
-        return generate_latest(_WithoutCreated(self.registry))  # type: ignore[arg-type]
+        return generate_latest(_WithoutCreated(self.registry))
 
 
 class _WithoutCreated:

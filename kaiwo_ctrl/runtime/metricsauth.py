@@ -126,7 +126,7 @@ def server_ssl_context(cert_file: str | None = None, key_file: str | None = None
 
 
 def _self_signed() -> tuple[str, str]:
-    from kaiwo_ctrl.local.certs import TinyCA  # the project's one certificate helper
+    from kaiwo_ctrl.runtime.certs import TinyCA  # the project's one certificate helper
 
     pair = TinyCA("kaiwo-ctrl-metrics-ca").issue(
         "kaiwo-ctrl-metrics", server=True, dns=("localhost",), ips=("127.0.0.1",)

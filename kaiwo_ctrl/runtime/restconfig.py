@@ -66,7 +66,7 @@ class RestConfig:
 
         has_token = bool(cfg.api_key) or cfg.refresh_api_key_hook is not None
         return cls(
-            host=cfg.host.rstrip("/"),
+            host=(cfg.host or "").rstrip("/"),
             ca_file=cfg.ssl_ca_cert,
             cert_file=cfg.cert_file,
             key_file=cfg.key_file,

@@ -8,6 +8,7 @@ filed under; ``by_index(name, value)`` returns every object with that value.
 
 from __future__ import annotations
 
+import builtins
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -150,11 +151,11 @@ class Store:
             return list(self._items.values())
         return self.by_index(NAMESPACE_INDEX, namespace)
 
-    def by_index(self, name: str, value: str) -> list[Obj]:
+    def by_index(self, name: str, value: str) -> builtins.list[Obj]:
         keys = self._indexes[name].get(value, ())
         return [self._items[k] for k in sorted(keys)]
 
-    def index_values(self, name: str) -> list[str]:
+    def index_values(self, name: str) -> builtins.list[str]:
         return list(self._indexes[name])
 
     def __len__(self) -> int:

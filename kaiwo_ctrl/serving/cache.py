@@ -17,19 +17,20 @@ annotation and ``status.cache.loaded`` turns true on that pass too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.events import ComponentRecorder
+from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
 
-from .config import SystemConfig
+from .config import ConfigSource, SystemConfig
 from .pods import cache_dir, model_credentials, spec_hash, user_env
-
-if TYPE_CHECKING:
-    from .controller import ModelReconciler
 
 PVC_PREFIX = "shared-model-cache-"
 PVC_ANNOTATION_PREFIX = "models.kubeai.org/"
@@ -154,8 +155,24 @@ def record(uid: str) -> str:
     return json.dumps({"uid": uid, "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
 
+class Host(Protocol):
+    """What the cache state machine uses of the Model reconciler (it does not import it)."""
+
+    @property
+    def client(self) -> Client: ...
+    @property
+    def events(self) -> ComponentRecorder: ...
+    @property
+    def source(self) -> ConfigSource: ...
+    @property
+    def jobs(self) -> Informer: ...
+    @property
+    def pvcs(self) -> Informer: ...
+    def namespace_config(self, ns: str) -> Mapping[str, Any] | None: ...
+
+
 class CacheManager:
-    def __init__(self, rec: "ModelReconciler") -> None:
+    def __init__(self, rec: Host) -> None:
         self.rec = rec
 
     async def _ensure_finalizer(self, model: dict[str, Any]) -> None:
@@ -181,7 +198,7 @@ class CacheManager:
         annotation = (pvc["metadata"].get("annotations") or {}).get(PVC_ANNOTATION_PREFIX + name)
         loaded = False
         try:
-            loaded = bool(annotation) and json.loads(annotation).get("uid") == uid
+            loaded = annotation is not None and json.loads(annotation).get("uid") == uid
         except ValueError:
             loaded = False
         job_name = loader_job_name(name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kaiwo_ctrl.aim.effective import resolve
@@ -70,7 +70,7 @@ def trim_pod(obj: dict) -> dict:
     }
 
 
-def _index_model(obj: dict) -> list[str]:
+def _index_model(obj: Mapping[str, Any]) -> list[str]:
     meta = obj.get("metadata") or {}
     m = (meta.get("labels") or {}).get(LABEL_MODEL)
     return [f"{meta.get('namespace')}/{m}"] if m else []
@@ -199,7 +199,7 @@ class ModelReconciler:
             if name and (m.get("spec") or {}).get("priorityClassName") == name
         ]
 
-    def namespace_config(self, ns: str) -> dict | None:
+    def namespace_config(self, ns: str) -> Mapping[str, Any] | None:
         """The effective AIMNamespaceConfig of ``ns`` (oldest wins), or None."""
         return resolve(self.aim_configs.list(ns)).effective
 
@@ -224,7 +224,8 @@ class ModelReconciler:
             return None
         model = self._with_written_status(key, model)
         if model["metadata"].get("deletionTimestamp"):
-            return await self.cache.finalize(model, self.model_pods(req.namespace, req.name))
+            await self.cache.finalize(model, self.model_pods(req.namespace, req.name))
+            return None
         model = await self._sync_model_object(model)
         config = self.source.current
         ns_config = self.namespace_config(req.namespace)
@@ -262,7 +263,7 @@ class ModelReconciler:
     def _priority_class_missing(self, model: dict) -> bool:
         """The Model names a PriorityClass the cache does not hold (its creation enqueues the Model)."""
         name = (model.get("spec") or {}).get("priorityClassName")
-        return bool(name) and self.priority_classes.get(name) is None
+        return bool(name) and self.priority_classes.get(str(name)) is None
 
     def _with_written_status(self, key: str, model: dict) -> dict:
         written = self._written.get(key)

@@ -34,7 +34,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from kaiwo_ctrl.local.certs import TinyCA
+from kaiwo_ctrl.runtime.certs import TinyCA
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.resources import SECRETS
 

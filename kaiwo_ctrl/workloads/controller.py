@@ -73,7 +73,7 @@ class _ConditionsChanged(Predicate):
 
 def _map_to_running_with_duration(inf: Informer):
     def fn(_obj: Any) -> Iterable[Request]:
-        return [Request.of(o) for o in inf.by_index(IDX_DURATION_RUNNING, "y")]  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+        return [Request.of(o) for o in inf.by_index(IDX_DURATION_RUNNING, "y")]
 
     return fn
 
@@ -87,7 +87,7 @@ def _namespace_members(inf: Informer):
 
 def _map_to_in_error(inf: Informer):
     def fn(_obj: Any) -> Iterable[Request]:
-        return [Request.of(o) for o in inf.by_index(IDX_ERROR, "y")]  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+        return [Request.of(o) for o in inf.by_index(IDX_ERROR, "y")]
 
     return fn
 

@@ -1,13 +1,11 @@
 """What the caches hold for one workload, sorted into the slots its
-:class:`~.kinds.WorkloadKind` declares."""
+:class:`~.kinds.WorkloadKind` declares (:meth:`~.kinds.WorkloadKind.observed`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from .kaiwoobject import KaiwoObject
-from .kinds import WORKLOAD_KINDS, WorkloadKind
 
 
 class ObservedChildren:
@@ -65,21 +63,3 @@ class ObservedChildren:
     @property
     def ray_service(self) -> dict[str, Any] | None:
         return self.objects.get("ray_service")
-
-    @classmethod
-    def from_objects(
-        cls, obj: Any, objects: Iterable[Mapping[str, Any]], *, kind: WorkloadKind | None = None, **extra: Any
-    ) -> ObservedChildren:
-        """Sort the objects into the slots of the children ``obj``'s kind
-        declares, by kind and name (others are ignored)."""
-        o = KaiwoObject.of(obj)
-        wk = kind or WORKLOAD_KINDS[o.kind]
-        slots: dict[tuple[str | None, str | None], str] = {
-            (c.kind, c.name(o.name)): c.slot for c in wk.applicable(o.is_ray)
-        }
-        found: dict[str, Any] = {}
-        for item in objects:
-            slot = slots.get((item.get("kind"), (item.get("metadata") or {}).get("name")))
-            if slot:
-                found[slot] = item
-        return cls(**found, **extra)

@@ -256,14 +256,14 @@ class WorkloadReconciler:
         wl = self.shared.workloads
         if self.spec.pod_workloads and main.get("kind") == "Deployment":
             out: list[dict] = []
-            for pod in self.shared.pods.by_index(IDX_RUN_ID, uid):  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+            for pod in self.shared.pods.by_index(IDX_RUN_ID, uid):
                 if not _meta(pod).get("deletionTimestamp"):
                     out += wl.by_index(IDX_JOB_UID, _meta(pod).get("uid") or "")
             return out
         return wl.by_index(IDX_JOB_UID, _meta(main).get("uid") or "") or None
 
     def _pending_gpu_candidates(self) -> list[dict]:
-        return [o for inf in self.shared.own.values() for o in inf.by_index(IDX_PENDING_GPU, "y")]  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+        return [o for inf in self.shared.own.values() for o in inf.by_index(IDX_PENDING_GPU, "y")]
 
     def _requeue(self, owner: dict) -> None:
         meta = owner["metadata"]

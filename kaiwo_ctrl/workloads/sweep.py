@@ -51,7 +51,7 @@ class Sweeper:
             queue = queues.get(self.controller_names.get(kind, ""))
             if queue is None:
                 continue
-            for obj in inf.by_index(IDX_UP_PREEMPTABLE, "y"):  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+            for obj in inf.by_index(IDX_UP_PREEMPTABLE, "y"):
                 m = _meta(obj)
                 self._marked.add((kind, m.get("namespace") or "", m["name"]))
                 queue.add(Request(m.get("namespace") or "", m["name"]))

@@ -43,7 +43,7 @@ class Terminator:
         for kind in TERMINATION_KINDS:
             if kind not in self.kinds:
                 continue
-            for obj in self.shared.children[kind].by_index(OWNER_UID_INDEX, uid):  # type: ignore[attr-defined]  # TEMPORARY: see pyproject
+            for obj in self.shared.children[kind].by_index(OWNER_UID_INDEX, uid):
                 m = _meta(obj)
                 if not is_controlled_by(obj, uid) or m.get("deletionTimestamp"):
                     continue

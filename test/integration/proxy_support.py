@@ -23,7 +23,7 @@ from aiohttp import web
 from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.serving.proxy.command import run_with_manager
+from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
 

@@ -18,7 +18,7 @@ from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
 from kaiwo_ctrl.serving.autoscale.autoscaler import AutoscalerConfig
 from kaiwo_ctrl.serving.autoscale.setup import setup_autoscaler
-from kaiwo_ctrl.serving.proxy.command import DEFAULT_PEER_SELECTOR, run_with_manager
+from kaiwo_ctrl.serving.command import DEFAULT_PEER_SELECTOR, run_with_manager
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from proxy_support import backends, create_model, free_port, get_model, server_pod, set_pod_ready  # noqa: F401
 from support import eventually

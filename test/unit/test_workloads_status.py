@@ -14,6 +14,7 @@ from kaiwo_ctrl.workloads.status import (
     status_events,
     sweep_expired,
 )
+from kaiwo_ctrl.workloads.kinds import WORKLOAD_KINDS
 from kaiwo_ctrl.workloads.world import World
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -402,7 +403,7 @@ def test_no_status_event(new):
     assert status_events({"status": "PENDING"}, {"status": new}) == []
 
 
-def test_observed_children_from_objects():
+def test_workload_kind_sorts_observed_children_into_slots():
     objects = [
         {"kind": "PersistentVolumeClaim", "metadata": {"name": "j-data"}},
         {"kind": "PersistentVolumeClaim", "metadata": {"name": "j-hf"}},
@@ -411,11 +412,11 @@ def test_observed_children_from_objects():
         {"kind": "Job", "metadata": {"name": "j"}},
         {"kind": "Job", "metadata": {"name": "unrelated"}},
     ]
-    ch = ObservedChildren.from_objects(kjob(), objects, gpu_demand=True)
+    ch = WORKLOAD_KINDS["KaiwoJob"].observed(kjob(), objects, gpu_demand=True)
     assert ch.main["metadata"]["name"] == "j" and ch.download_job["metadata"]["name"] == "j-download"
     assert ch.data_pvc and ch.hf_pvc and ch.download_configmap and ch.gpu_demand
-    svc = ObservedChildren.from_objects(ksvc(ray=True), [{"kind": "AppWrapper", "metadata": {"name": "j"}},
-                                                         {"kind": "RayService", "metadata": {"name": "j"}}])
+    svc = WORKLOAD_KINDS["KaiwoService"].observed(ksvc(ray=True), [{"kind": "AppWrapper", "metadata": {"name": "j"}},
+                                                                 {"kind": "RayService", "metadata": {"name": "j"}}])
     assert svc.main["kind"] == "AppWrapper" and svc.ray_service["kind"] == "RayService"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kaiwo_ctrl.runtime.client import Resource
 from kaiwo_ctrl.runtime.handler import Request
@@ -21,12 +21,10 @@ from kaiwo_ctrl.runtime.handler import Request
 from ..gpu import GpuPlan
 from ..kaiwoobject import KaiwoObject
 from ..naming import name_with_suffix
+from ..observed import ObservedChildren
 from ..storage import StoragePlan
 from ..validation import gpu_plan
 from ..world import World
-
-if TYPE_CHECKING:
-    from ..observed import ObservedChildren
 
 GROUP = "kaiwo.silogen.ai"
 
@@ -144,6 +142,18 @@ class WorkloadKind:
         """(apiVersion, kind) of the underlying object."""
         c = self.main_child(is_ray)
         return (c.resource.api_version, c.kind)
+
+    def observed(self, obj: Any, objects: Iterable[Mapping[str, Any]], **extra: Any) -> ObservedChildren:
+        """Sort the objects into the slots of the children ``obj`` (a workload of
+        this kind) declares, by kind and name (others are ignored)."""
+        o = KaiwoObject.of(obj)
+        slots: dict[tuple[str | None, str | None], str] = {(c.kind, c.name(o.name)): c.slot for c in self.applicable(o.is_ray)}
+        found: dict[str, Any] = {}
+        for item in objects:
+            slot = slots.get((item.get("kind"), (item.get("metadata") or {}).get("name")))
+            if slot:
+                found[slot] = item
+        return ObservedChildren(**found, **extra)
 
     def termination_order(self) -> tuple[ChildSpec, ...]:
         """Children early termination deletes: the main objects (and what they

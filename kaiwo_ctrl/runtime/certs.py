@@ -1,17 +1,12 @@
-"""Throw-away PKI for the local control plane.
+"""Throw-away PKI: small self-signed CAs that issue serving and client certificates.
 
-Three independent CAs, as a real cluster has: one signs the apiserver's
-serving certificate, one signs client certificates (user = CN, groups = O),
-and one key pair signs service-account tokens. Everything is ECDSA P-256 and
-valid for a week: the control plane is for development and tests only.
-The admission webhooks' TLS (``kaiwo_ctrl.webhooks.tls``) issues its CA and
-serving certificate with the same class and its own validity.
-
-Kueue's webhook CA is the exception (``TinyCA(..., use_rsa=True)``): Kueue's
-certificate rotator only accepts an RSA CA key in PKCS#1 form, see
-:mod:`kaiwo_ctrl.local.kueue`.
+:class:`TinyCA` makes a CA key and certificate and issues leaf certificates
+(:class:`CertPair`) for servers (DNS names, IPs) or clients (user = CN,
+groups = O). Keys are ECDSA P-256 unless ``use_rsa=True``, which some
+consumers need (a certificate rotator that only accepts an RSA CA key in
+PKCS#1 form). Uses: the local control plane's three CAs, the admission
+webhooks' TLS, and the self-signed certificate of the metrics endpoint.
 """
-
 from __future__ import annotations
 
 import datetime as dt

@@ -3,17 +3,19 @@
 ``kaiwo-ctrl run`` serves the proxy next to the controllers (and runs the
 autoscaler while leader); ``kaiwo-ctrl proxy`` serves only the proxy, to scale
 it out separately. Every option has an environment variable default.
+This wiring lives above ``proxy/`` and ``autoscale/`` (the autoscaler uses the
+proxy's metrics and scale helpers), so neither package imports the other's wiring.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import asyncio
 import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.manager import Manager

@@ -185,16 +185,6 @@ def submit_service(admin, prefix: str, gpus: int = 8) -> str:
     return name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="operator bug (kaiwo_ctrl/queues node labelling): the operator's flavors carry topologyName "
-    "default-topology (levels kaiwo/topology-block, kaiwo/topology-rack, kubernetes.io/hostname), but a node that "
-    "joins later gets only kaiwo/nodepool, kaiwo/worker and kaiwo/gpu-model, not the topology labels the nodes "
-    "present at start-up got. The quota is raised to 24 GPUs, yet Kueue's topology-aware scheduling leaves the "
-    "node out: 'topology \"default-topology\" doesn't allow to fit any of 1 pod(s). Total nodes: 2; excluded: "
-    "resource \"amd.com/gpu\": 2'",
-)
 def test_dynamic_node_pool_raises_quota_and_admits_pending_job(queue_ready, kubectl):
     """Two 8-GPU KaiwoServices hold the 16 GPUs for as long as they run (their Pods
     never complete), so an 8-GPU KaiwoJob can only be admitted on more quota: the

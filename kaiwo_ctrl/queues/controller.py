@@ -284,7 +284,7 @@ class QueueConfigReconciler:
             return await self.sync(queue_config)
 
     async def label_nodes(self, config: Any) -> None:
-        """Give nodes that joined since start their pool labels (and GPU taint).
+        """Give nodes that joined since start their pool and topology labels (and GPU taint).
 
         Spec 15.8 labels nodes only at start or in dynamic mode, so a GPU node
         added later is invisible to the workloads' GPU maths ("cluster has 0

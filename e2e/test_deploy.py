@@ -190,15 +190,6 @@ def test_kaiwoservice_becomes_ready(operator, admin):
         assert not pod["spec"].get("schedulingGates"), "Kueue lifted its admission gate"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="operator bug (kaiwo_ctrl/queues/kueue.py resource_flavor): a flavor entry without topologyName is "
-    "written with topologyName default-topology plus nodeLabel kaiwo/worker='true', one with topologyName "
-    "default-topology (what the start-up task writes into the queue config) without that label. The same "
-    "ResourceFlavor thus changes nodeLabels while topologyName is set (immutable), the operator deletes it to "
-    "re-create it, and Kueue's kueue.x-k8s.io/resource-in-use finalizer keeps it while ClusterQueue kaiwo uses "
-    "it: InSync=False 'ResourceFlavor ...: waiting for the old object to finish deleting', FAILED for ever",
-)
 def test_queue_config_becomes_ready(operator, admin):
     wait_for(
         lambda: (get(admin, f"{KAIWO}/kaiwoqueueconfigs/kaiwo").get("status") or {}).get("status") == "READY",

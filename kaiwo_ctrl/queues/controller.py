@@ -284,7 +284,7 @@ class QueueConfigReconciler:
             return await self.sync(queue_config)
 
     async def label_nodes(self, config: Any) -> None:
-        """Give nodes that joined since start their pool labels (and GPU taint).
+        """Give nodes that joined since start their pool and topology labels (and GPU taint).
 
         Spec 15.8 labels nodes only at start or in dynamic mode, so a GPU node
         added later is invisible to the workloads' GPU maths ("cluster has 0
@@ -542,17 +542,21 @@ class QueueConfigReconciler:
         patches = topology_label_patches(self.nodes.list())
         if patches:
             sem = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
+            expectations: list[_Expect] = []
 
             async def one(name: str, patch: dict) -> None:
                 async with sem:
                     try:
-                        await self.client.patch(NODES, name, patch)
+                        out = await self.client.patch(NODES, name, patch)
                         self.stats.node_patches += 1
+                        expectations.append(self._expect_version(self.nodes, out))
                     except ApiError as e:  # spec 15.2.2: logged, not fatal
                         if not e.not_found:
                             log.warning("topology labels not written", extra={"node": name, "error": _error_text(e)})
 
             await asyncio.gather(*(one(n, p) for n, p in patches.items()))
+            # pool labelling below adds missing topology labels too: let it see these first
+            await self._wait_cache(expectations)
         async with self.lock:
             queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
             if queue_config is not None and _deleting(queue_config):

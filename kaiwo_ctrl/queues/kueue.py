@@ -136,20 +136,24 @@ def _meta(
 def resource_flavor(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owner: dict | None = None) -> dict:
     """ResourceFlavor from a ``spec.resourceFlavors[]`` entry.
 
-    ``nodeLabels`` are copied; without a ``topologyName`` the flavor gets
-    ``topologyName: default-topology`` and the node label ``kaiwo/worker: "true"``.
-    ``taints``/``tolerations`` of the entry are not propagated: only the node
-    labels and the topology reach the flavor.
+    ``nodeLabels`` are copied; a flavor without its own node labels gets
+    ``kaiwo/worker: "true"`` (Kueue requires a node label on a flavor with a
+    topology, and it keeps the flavor to pool nodes). Without a ``topologyName``
+    the flavor gets ``topologyName: default-topology``. ``taints``/``tolerations``
+    of the entry are not propagated: only the node labels and the topology reach
+    the flavor.
+
+    Decision (the Go operator added ``kaiwo/worker`` whenever ``topologyName`` was
+    empty): the node labels never depend on whether the topology is named, so an
+    entry without ``topologyName`` and the start-up task's entry of the same name
+    with ``topologyName: default-topology`` yield the same flavor. Otherwise the
+    flavor's nodeLabels would flip while its topologyName is set, which Kueue
+    forbids (immutable), and the flavor could only be re-created - impossible
+    while a ClusterQueue uses it. Discovered flavors come out as the Go operator
+    wrote them.
     """
-    node_labels = dict(entry.get("nodeLabels") or {})
-    topology = entry.get("topologyName") or ""
-    if not topology:
-        topology = DEFAULT_TOPOLOGY_NAME
-        node_labels[WORKER_LABEL] = "true"
-    spec: dict[str, Any] = {}
-    if node_labels:
-        spec["nodeLabels"] = node_labels
-    spec["topologyName"] = topology
+    node_labels = dict(entry.get("nodeLabels") or {}) or {WORKER_LABEL: "true"}
+    spec: dict[str, Any] = {"nodeLabels": node_labels, "topologyName": entry.get("topologyName") or DEFAULT_TOPOLOGY_NAME}
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": RESOURCE_FLAVOR,

@@ -259,11 +259,20 @@ def exclude_control_plane_setting(config: Any) -> bool:
     return bool(_config_nodes(config).get("excludeMasterNodesFromNodePools", False))
 
 
+#: Default topology labels, written only where a node lacks them (a node's own values are kept).
+TOPOLOGY_DEFAULTS = ((TOPOLOGY_BLOCK_LABEL, DEFAULT_TOPOLOGY_BLOCK), (TOPOLOGY_RACK_LABEL, DEFAULT_TOPOLOGY_RACK))
+
+
 def desired_node_labels(pool: NodePool) -> dict[str, str]:
     labels = {WORKER_LABEL: "true", NODEPOOL_LABEL: pool.name}
     if not pool.is_cpu_only:
         labels[GPU_MODEL_LABEL] = pool.model_token
     return labels
+
+
+def missing_topology_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The default topology labels a node with ``labels`` still lacks (its own values are kept)."""
+    return {key: value for key, value in TOPOLOGY_DEFAULTS if key not in labels}
 
 
 def node_patches(
@@ -272,6 +281,11 @@ def node_patches(
     config: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Patches bringing pool members to their labels (and GPU taint), keyed by node name.
+
+    A member also gets the default ``kaiwo/topology-block``/``-rack`` labels it
+    lacks: the start-up task gives them to the nodes present then, and a node that
+    joins later needs them just as much - without every level of the flavors'
+    topology, Kueue's topology-aware scheduling finds no place on it.
 
     Only nodes that need a change appear. A patch is a merge patch:
     ``{"metadata": {"labels": {<only changed keys>}}}`` plus, when a taint is
@@ -292,6 +306,7 @@ def node_patches(
                 continue
             have = _labels(node)
             changed = {k: v for k, v in want.items() if have.get(k) != v}
+            changed.update(missing_topology_labels(have))
             patch: dict[str, Any] = {}
             if changed:
                 patch["metadata"] = {"labels": changed}
@@ -313,12 +328,7 @@ def topology_label_patches(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict
     """Startup step 15.2.2: add ``kaiwo/topology-block``/``-rack`` defaults where missing."""
     patches: dict[str, dict[str, Any]] = {}
     for node in nodes:
-        have = _labels(node)
-        missing = {
-            key: value
-            for key, value in ((TOPOLOGY_BLOCK_LABEL, DEFAULT_TOPOLOGY_BLOCK), (TOPOLOGY_RACK_LABEL, DEFAULT_TOPOLOGY_RACK))
-            if key not in have
-        }
+        missing = missing_topology_labels(_labels(node))
         if missing:
             patches[_name(node)] = {"metadata": {"labels": missing}}
     return patches

@@ -16,6 +16,13 @@ plans nothing:
 Fields Kueue made immutable cannot be updated in place, so a change there plans a
 *re-create* (delete, then create): Topology levels, LocalQueue clusterQueue, and a
 ResourceFlavor's nodeLabels/tolerations/topologyName once it has a topologyName.
+A ResourceFlavor a ClusterQueue in the cluster lists, and a Topology a
+ResourceFlavor names, are never re-created: Kueue's ``resource-in-use`` finalizer
+would hold the deleted object until nothing uses it, leaving the name blocked
+(and the ClusterQueue without its flavor) for as long as it is used. Such a change
+is a *conflict* instead: nothing is written, and the status names the object, the
+immutable field and its users until they stop using it (their update events
+trigger the next sync).
 
 An object already being deleted is neither deleted again nor updated; a desired
 object whose namesake is still terminating is reported as *blocked* until it is gone.
@@ -82,6 +89,9 @@ class Plan:
     #: desired objects whose existing namesake is still being deleted (finalizers,
     #: e.g. Kueue's resource-in-use): nothing to write now, sync again later.
     blocked: list[dict] = field(default_factory=list)
+    #: desired objects that change an immutable field of an object still in use:
+    #: not re-created (see the module docstring); reported until the users let go.
+    conflicts: list[dict] = field(default_factory=list)
     reasons: dict[Key, str] = field(default_factory=dict)
 
     @property
@@ -91,7 +101,7 @@ class Plan:
 
     def out_of_sync(self) -> list[str]:
         """Status lines for objects that stay out of sync after this plan runs."""
-        return [f"{key_str(object_key(o))}: {self.reasons[object_key(o)]}" for o in self.blocked]
+        return [f"{key_str(object_key(o))}: {self.reasons[object_key(o)]}" for o in self.blocked + self.conflicts]
 
     def describe(self) -> list[str]:
         """One human-readable line per planned write, in plan order."""
@@ -194,6 +204,36 @@ def _immutable_change(desired: Mapping[str, Any], existing: Mapping[str, Any]) -
                 if old.get(key) != new.get(key):
                     return f"{key} changed (immutable once topologyName is set)"
     return None
+
+
+#: How many users an in-use message names before it summarises the rest.
+_USERS_NAMED = 3
+
+
+def _users(have: Mapping[Key, Mapping[str, Any]]) -> dict[Key, list[str]]:
+    """Objects in the cluster that use another one Kueue guards with its
+    ``resource-in-use`` finalizer: ResourceFlavor key -> ClusterQueues listing it,
+    Topology key -> ResourceFlavors naming it. Objects being deleted use nothing."""
+    users: dict[Key, list[str]] = {}
+    for (kind, _, name), obj in sorted(have.items()):
+        if _deleting(obj):
+            continue
+        spec = obj.get("spec") or {}
+        if kind == CLUSTER_QUEUE:
+            flavors = {f.get("name") for g in spec.get("resourceGroups") or [] for f in g.get("flavors") or []}
+            for flavor in sorted(f for f in flavors if f):
+                users.setdefault((RESOURCE_FLAVOR, None, flavor), []).append(f"ClusterQueue {name}")
+        elif kind == RESOURCE_FLAVOR and spec.get("topologyName"):
+            users.setdefault((TOPOLOGY, None, spec["topologyName"]), []).append(f"ResourceFlavor {name}")
+    return users
+
+
+def _in_use_reason(immutable: str, users: list[str]) -> str:
+    named = ", ".join(users[:_USERS_NAMED]) + (f" and {len(users) - _USERS_NAMED} more" if len(users) > _USERS_NAMED else "")
+    return (
+        f"{immutable}: not re-created while {named} use{'s' if len(users) == 1 else ''} it "
+        "(stop using it, or delete it, to apply the change)"
+    )
 
 
 def _metadata_changes(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> list[str]:
@@ -308,6 +348,7 @@ def plan_sync(
     """
     hold = set(hold)
     have = {object_key(o): o for o in _flatten(existing)}
+    users = _users(have)
     plan = Plan()
     desired_keys: set[Key] = set()
     for want in sorted(desired, key=lambda o: _order(object_key(o))):
@@ -328,6 +369,10 @@ def plan_sync(
         if adopted:
             want = _without_owner_refs(want)
         immutable = _immutable_change(want, current)
+        if immutable and users.get(key):
+            plan.conflicts.append(copy.deepcopy(dict(want)))
+            plan.reasons[key] = _in_use_reason(immutable, users[key])
+            continue
         if immutable:
             recreate = copy.deepcopy(dict(want))
             if adopted:

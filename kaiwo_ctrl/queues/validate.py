@@ -13,8 +13,8 @@ sync and nothing that already works is torn down.
 Limits follow the API reference (clusterQueues <= 10, workloadPriorityClasses <= 5,
 flavor nodeLabels <= 10, taints <= 5, tolerations <= 5, resourceFlavors <= 20,
 topologies <= 10) and the Kueue v1beta2 schema where that is stricter: a
-ResourceFlavor holds at most 8 nodeLabels (counting the ``kaiwo/worker`` label
-added to flavors without a topologyName), a Topology 1..8 levels here (Kueue
+ResourceFlavor holds at most 8 nodeLabels (the ``kaiwo/worker`` label is added
+only to flavors without labels of their own), a Topology 1..8 levels here (Kueue
 allows 16; the Kaiwo schema 8).
 """
 
@@ -32,7 +32,6 @@ from .constants import (
     HOSTNAME_LABEL,
     RESOURCE_FLAVOR,
     TOPOLOGY,
-    WORKER_LABEL,
     WORKLOAD_PRIORITY_CLASS,
 )
 from .translate import entry_name, translate_cluster_queue_spec
@@ -154,16 +153,8 @@ def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
         labels = {}
     if len(labels) > FLAVOR_NODE_LABELS_MAX:
         bad("nodeLabels", f"has {len(labels)} entries, more than the limit of {FLAVOR_NODE_LABELS_MAX}")
-    else:
-        effective = set(labels)
-        if not entry.get("topologyName"):
-            effective.add(WORKER_LABEL)
-        if len(effective) > KUEUE_FLAVOR_NODE_LABELS_MAX:
-            bad(
-                "nodeLabels",
-                f"results in {len(effective)} ResourceFlavor nodeLabels (including {WORKER_LABEL} when no "
-                f"topologyName is set); Kueue allows at most {KUEUE_FLAVOR_NODE_LABELS_MAX}",
-            )
+    elif len(labels) > KUEUE_FLAVOR_NODE_LABELS_MAX:
+        bad("nodeLabels", f"has {len(labels)} entries; a Kueue ResourceFlavor allows at most {KUEUE_FLAVOR_NODE_LABELS_MAX}")
     for list_name, limit in (("taints", FLAVOR_TAINTS_MAX), ("tolerations", FLAVOR_TOLERATIONS_MAX)):
         items = entry.get(list_name) or []
         if not isinstance(items, list):
@@ -173,8 +164,6 @@ def _check_flavor(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:
     topology_name = entry.get("topologyName")
     if topology_name and (not isinstance(topology_name, str) or not _DNS1123_SUBDOMAIN.match(topology_name)):
         bad("topologyName", f"{topology_name!r} is not a valid Topology name")
-    if topology_name and not labels:
-        bad("nodeLabels", "at least one node label is required when topologyName is set")
 
 
 def _check_quantity(value: Any) -> str | None:

@@ -437,10 +437,13 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     spec = {
         "resourceFlavors": [
             {"name": "small", "nodeLabels": {"pool": "small"}},
-            {"name": "big", "nodeLabels": {"pool": "big"}, "topologyName": "racks"},
+            {"name": "big", "nodeLabels": {"pool": "big"}, "topologyName": "zones"},
             {"name": "adopted", "nodeLabels": {"pool": "adopted"}, "topologyName": "racks"},
         ],
-        "topologies": [{"metadata": {"name": "racks"}, "spec": {"levels": [{"nodeLabel": "rack"}]}}],
+        "topologies": [
+            {"metadata": {"name": "racks"}, "spec": {"levels": [{"nodeLabel": "rack"}]}},
+            {"metadata": {"name": "zones"}, "spec": {"levels": [{"nodeLabel": "zone"}]}},
+        ],
         "workloadPriorityClasses": [
             {"metadata": {"name": "high"}, "value": 1000, "description": "important"},
             {"metadata": {"name": "low"}, "value": 10},
@@ -505,9 +508,9 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     assert adopted["metadata"]["labels"] == {"team": "infra", **OURS}
     assert adopted["metadata"]["annotations"]["kaiwo.silogen.ai/adopted"] == "true"
     small_rf = get(kube, f"{KUEUE}/resourceflavors/small")
-    assert small_rf["spec"] == {"nodeLabels": {"pool": "small", "kaiwo/worker": "true"}, "topologyName": "default-topology"}
-    assert get(kube, f"{KUEUE}/resourceflavors/big")["spec"]["topologyName"] == "racks"
-    assert names(kube, "topologies") == ["admin-topology", "racks"]
+    assert small_rf["spec"] == {"nodeLabels": {"pool": "small"}, "topologyName": "default-topology"}
+    assert get(kube, f"{KUEUE}/resourceflavors/big")["spec"]["topologyName"] == "zones"
+    assert names(kube, "topologies") == ["admin-topology", "racks", "zones"]
     assert names(kube, "workloadpriorityclasses") == ["admin-prio", "high", "low"]
     assert get(kube, f"{KUEUE}/workloadpriorityclasses/high")["value"] == 1000
     lqs = await eventually(
@@ -536,13 +539,27 @@ async def test_explicit_flavors_queues_priority_classes_and_namespace_local_queu
     spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"] = spec["clusterQueues"][0]["spec"]["resourceGroups"][0]["flavors"][:1]
     spec["resourceFlavors"] = spec["resourceFlavors"][:1]
     racks_uid = get(kube, f"{KUEUE}/topologies/racks")["metadata"]["uid"]
-    spec["topologies"][0]["spec"]["levels"] = [{"nodeLabel": "block"}, {"nodeLabel": "rack"}]  # immutable: re-created
+    zones_uid = get(kube, f"{KUEUE}/topologies/zones")["metadata"]["uid"]
+    # immutable levels: zones, which only the removed flavor big used, is re-created;
+    # racks, which the adopted flavor still names, is not (Kueue's resource-in-use
+    # finalizer would hold the deleted Topology): the status says why instead
+    spec["topologies"][0]["spec"]["levels"] = [{"nodeLabel": "block"}, {"nodeLabel": "rack"}]
+    spec["topologies"][1]["spec"]["levels"] = [{"nodeLabel": "block"}, {"nodeLabel": "zone"}]
     assert put_queue_config_spec(kube, spec).status_code == 200
     await eventually(
-        lambda: (t := get(kube, f"{KUEUE}/topologies/racks")) and t["metadata"]["uid"] != racks_uid
-        and [lvl["nodeLabel"] for lvl in t["spec"]["levels"]] == ["block", "rack"],
-        what="topology re-created with the new levels",
+        lambda: (t := get(kube, f"{KUEUE}/topologies/zones")) and t["metadata"]["uid"] != zones_uid
+        and [lvl["nodeLabel"] for lvl in t["spec"]["levels"]] == ["block", "zone"],
+        what="unused topology re-created with the new levels",
     )
+    qc = await eventually(
+        lambda: (q := queue_config(kube)) and condition(q, "InSync")["status"] == "False" and q, what="conflict reported"
+    )
+    assert qc["status"]["status"] == "FAILED"
+    assert (
+        "Topology racks: levels changed (immutable): not re-created while ResourceFlavor adopted uses it"
+        in condition(qc, "InSync")["message"]
+    ), condition(qc, "InSync")
+    assert get(kube, f"{KUEUE}/topologies/racks")["metadata"]["uid"] == racks_uid
     await eventually(lambda: names(kube, "clusterqueues") == ["admin-cq", "research"], what="batch removed")
     await eventually(lambda: local_queues(kube) == ["default/admin-lq", "team-a/research"], what="team-b LocalQueue removed")
     await eventually(lambda: names(kube, "resourceflavors") == ["admin-flavor", "adopted", "small"], what="big removed")

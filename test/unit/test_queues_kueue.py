@@ -181,7 +181,7 @@ def test_desired_objects_full_conversion():
     assert rf["spec"] == {"nodeLabels": {"kaiwo/nodepool": "gpu-pool"}, "topologyName": "default-topology"}
     assert rf["metadata"]["ownerReferences"] == [QC_OWNER]
     plain = objs[("ResourceFlavor", None, "plain")]
-    assert plain["spec"] == {"nodeLabels": {"pool": "plain", "kaiwo/worker": "true"}, "topologyName": "default-topology"}
+    assert plain["spec"] == {"nodeLabels": {"pool": "plain"}, "topologyName": "default-topology"}
 
     cq = objs[("ClusterQueue", None, "team-a")]
     assert cq["metadata"]["ownerReferences"] == [QC_OWNER]

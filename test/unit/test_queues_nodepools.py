@@ -152,14 +152,16 @@ def test_node_patches_label_and_taint_then_idempotent():
     pools = discover(nodes)
     config = {"spec": {"nodes": {"addTaintsToGpuNodes": True}}}
     patches = node_patches(pools, nodes, config)
+    topology = {"kaiwo/topology-block": "block-a", "kaiwo/topology-rack": "rack-a"}
     assert patches["cpu-0"] == {
-        "metadata": {"labels": {"kaiwo/worker": "true", "kaiwo/nodepool": "cpu-only-0gpu-7core-14gi"}}
+        "metadata": {"labels": {"kaiwo/worker": "true", "kaiwo/nodepool": "cpu-only-0gpu-7core-14gi", **topology}}
     }
     gpu = patches["gpu-0"]
     assert gpu["metadata"]["labels"] == {
         "kaiwo/worker": "true",
         "kaiwo/nodepool": "nvidia-teslak80-8gpu-14core-57gi",
         "kaiwo/gpu-model": "teslak80",
+        **topology,
     }
     assert gpu["spec"]["taints"] == [{"key": "kaiwo.silogen.ai/gpu", "value": "true", "effect": "NoSchedule"}]
     assert gpu["metadata"]["resourceVersion"] == "1"
@@ -188,6 +190,8 @@ def test_node_patches_existing_taint_same_key_effect_not_duplicated():
         "kaiwo/worker": "true",
         "kaiwo/nodepool": "nvidia-teslak80-8gpu-7core-14gi",
         "kaiwo/gpu-model": "teslak80",
+        "kaiwo/topology-block": "b1",
+        "kaiwo/topology-rack": "r1",
     }
     nodes = [node("g", labels=labels, taints=[existing])]
     assert node_patches(discover(nodes), nodes, {"nodes": {"addTaintsToGpuNodes": True}}) == {}
@@ -204,6 +208,27 @@ def test_node_patches_no_taint_by_default_and_never_on_cpu():
 def test_node_patches_skip_cordoned_nodes():
     nodes = kind_cluster(cordon=("gpu-1",))
     assert "gpu-1" not in node_patches(discover(nodes), nodes, None)
+
+
+def test_a_node_joining_later_gets_the_start_up_topology_labels_too():
+    """Kueue's topology-aware scheduling places pods only on nodes carrying every
+    level of the flavor's topology: a late node needs the labels the start-up gave."""
+    started = [node("gpu-0", labels={**K80, "kaiwo/topology-block": "b1", "kaiwo/topology-rack": "r1"})]
+    late = node("gpu-1", labels=K80)
+    nodes = started + [late]
+    for n, p in node_patches(discover(started), started, None).items():
+        next(x for x in nodes if x["metadata"]["name"] == n)["metadata"]["labels"].update(p["metadata"]["labels"])
+    patches = node_patches(discover(nodes), nodes, None)
+    assert set(patches) == {"gpu-1"}, "the start-up node keeps its own topology values"
+    assert patches["gpu-1"]["metadata"]["labels"] == {
+        "kaiwo/worker": "true",
+        "kaiwo/nodepool": "nvidia-teslak80-8gpu-7core-14gi",
+        "kaiwo/gpu-model": "teslak80",
+        "kaiwo/topology-block": "block-a",
+        "kaiwo/topology-rack": "rack-a",
+    }
+    cordoned = node("gpu-2", labels=K80, unschedulable=True)
+    assert "gpu-2" not in node_patches(discover(nodes + [cordoned]), nodes + [cordoned], None)
 
 
 def test_topology_label_patches():

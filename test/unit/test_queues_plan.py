@@ -201,17 +201,63 @@ def test_adopting_object_with_other_controller_leaves_its_owner_alone():
     assert update["metadata"]["ownerReferences"] == [other]
 
 
-def test_immutable_changes_plan_recreate():
-    state = desired()
-    stored = as_stored(state.objects)
+def _immutable_spec_change():
     spec = copy.deepcopy(SPEC)
     spec["topologies"][0]["spec"]["levels"] = [{"nodeLabel": "rack"}, {"nodeLabel": "kubernetes.io/hostname"}]
     spec["resourceFlavors"][0]["nodeLabels"] = {"kaiwo/nodepool": "f", "extra": "1"}
-    new = desired(spec)
+    return desired(spec)
+
+
+def test_immutable_changes_of_unused_objects_plan_recreate():
+    stored = [o for o in as_stored(desired().objects) if o["kind"] in ("Topology", "WorkloadPriorityClass")]
+    stored += [o for o in as_stored(desired().objects) if o["kind"] == "ResourceFlavor"]  # no ClusterQueue lists f
+    new = _immutable_spec_change()
+    plan = plan_sync([o for o in new.objects if o["kind"] == "ResourceFlavor"], stored, new.hold)
+    assert [object_key(o) for o in plan.recreates] == [("ResourceFlavor", None, "f")]
+    unused_topology = [o for o in stored if o["kind"] == "Topology"]  # no ResourceFlavor names it
+    plan = plan_sync([o for o in new.objects if o["kind"] == "Topology"], unused_topology, new.hold)
+    assert [object_key(o) for o in plan.recreates] == [("Topology", None, "default-topology")]
+    assert not plan.updates and not plan.deletes and not plan.conflicts
+
+
+def test_immutable_change_of_an_object_in_use_is_reported_not_recreated():
+    """Kueue's resource-in-use finalizer would keep a deleted flavor (or topology) while
+    a ClusterQueue (or flavor) uses it: no delete, and the status names object and field."""
+    stored = as_stored(desired().objects)
+    new = _immutable_spec_change()
     plan = plan_sync(new.objects, stored, new.hold)
-    assert [object_key(o) for o in plan.recreates] == [("Topology", None, "default-topology"),
+    assert plan.empty and not plan.recreates and not plan.blocked
+    assert [object_key(o) for o in plan.conflicts] == [("Topology", None, "default-topology"),
                                                        ("ResourceFlavor", None, "f")]
-    assert not plan.updates and not plan.deletes
+    assert plan.out_of_sync() == [
+        "Topology default-topology: levels changed (immutable): not re-created while ResourceFlavor f uses it "
+        "(stop using it, or delete it, to apply the change)",
+        "ResourceFlavor f: nodeLabels changed (immutable once topologyName is set): not re-created while "
+        "ClusterQueue q uses it (stop using it, or delete it, to apply the change)",
+    ]
+    # users being deleted no longer count; many users are summarised
+    for o in stored:
+        if o["kind"] == "ClusterQueue":
+            o["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = plan_sync(new.objects, stored, new.hold)
+    assert ("ResourceFlavor", None, "f") in [object_key(o) for o in plan.recreates]
+    users = [{"kind": "ClusterQueue", "metadata": {"name": f"cq{i}"},
+              "spec": {"resourceGroups": [{"flavors": [{"name": "f"}]}]}} for i in range(5)]
+    plan = plan_sync(new.objects, stored + users, new.hold)
+    assert "while ClusterQueue cq0, ClusterQueue cq1, ClusterQueue cq2 and 2 more use it" in plan.reasons[("ResourceFlavor", None, "f")]
+
+
+def test_flavor_is_the_same_with_or_without_a_named_default_topology():
+    """The sample's entry (no topologyName) and the start-up task's entry of the same
+    name (topologyName default-topology) must not plan a change to each other."""
+    sample = copy.deepcopy(SPEC)
+    del sample["resourceFlavors"][0]["topologyName"]
+    stored = as_stored(desired(sample).objects)
+    assert plan_sync(desired().objects, stored, desired().hold).empty
+    bare = copy.deepcopy(SPEC)
+    bare["resourceFlavors"] = [{"name": "f"}, {"name": "g", "topologyName": "default-topology"}]
+    flavors = [o["spec"] for o in desired(bare).objects if o["kind"] == "ResourceFlavor"]
+    assert flavors == [{"nodeLabels": {"kaiwo/worker": "true"}, "topologyName": "default-topology"}] * 2
 
 
 def test_flavor_without_topology_updates_in_place():

@@ -85,9 +85,8 @@ def test_valid_spec_has_no_problems():
             ["spec.resourceFlavors[0].nodeLabels: has 11 entries, more than the limit of 10"],
         ),
         (
-            {"resourceFlavors": [{"name": "f", "nodeLabels": {f"k{i}": "v" for i in range(8)}}]},
-            ["spec.resourceFlavors[0].nodeLabels: results in 9 ResourceFlavor nodeLabels (including kaiwo/worker "
-             "when no topologyName is set); Kueue allows at most 8"],
+            {"resourceFlavors": [{"name": "f", "nodeLabels": {f"k{i}": "v" for i in range(9)}}]},
+            ["spec.resourceFlavors[0].nodeLabels: has 9 entries; a Kueue ResourceFlavor allows at most 8"],
         ),
         (
             {"resourceFlavors": [flavor("f", taints=[{"key": f"k{i}", "effect": "NoSchedule"} for i in range(6)])]},
@@ -138,9 +137,9 @@ def test_valid_spec_has_no_problems():
             {"resourceFlavors": [flavor("f")], "clusterQueues": [{**cq("a"), "namespaces": ["ok", "Not_OK"]}]},
             ["spec.clusterQueues[0].namespaces[1]: 'Not_OK' is not a valid namespace name"],
         ),
-        (
-            {"resourceFlavors": [{"name": "f", "topologyName": "t"}]},
-            ["spec.resourceFlavors[0].nodeLabels: at least one node label is required when topologyName is set"],
+        (  # a flavor without node labels gets kaiwo/worker, which Kueue's rule for flavors with a topology needs
+            {"resourceFlavors": [{"name": "f", "topologyName": "t"}], "topologies": [{"metadata": {"name": "t"}, "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}}]},
+            [],
         ),
         (
             {"resourceFlavors": [flavor("f")], "clusterQueues": [cq("a", flavorFungibility={"preference": "BorrowingOverPreemption"})]},

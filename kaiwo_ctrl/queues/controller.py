@@ -121,6 +121,15 @@ def _deleting(obj: Mapping[str, Any] | None) -> bool:
     return bool(_meta(obj).get("deletionTimestamp"))
 
 
+def _gone_or_replaced(uid: str | None) -> Callable[[Mapping[str, Any] | None], bool]:
+    """Seen in the cache once the object with ``uid`` is gone, replaced or being deleted."""
+
+    def seen(obj: Mapping[str, Any] | None) -> bool:
+        return obj is None or _uid(obj) != uid or _deleting(obj)
+
+    return seen
+
+
 def _without_entry_defaults(spec: Any) -> Any:
     if not isinstance(spec, Mapping):
         return spec
@@ -355,9 +364,10 @@ class QueueConfigReconciler:
                     if fresh is None:
                         return
                     pool = pool_of.get(name)
-                    patch = node_patches([pool], [NODES_TRANSFORM(fresh)], config).get(name) if pool else None
-                    if not patch:
+                    again = node_patches([pool], [NODES_TRANSFORM(fresh)], config).get(name) if pool else None
+                    if not again:
                         return
+                    patch = again
 
         results = await asyncio.gather(*(one(n, p) for n, p in patches.items()), return_exceptions=True)
         await self._wait_cache(expectations)
@@ -375,8 +385,8 @@ class QueueConfigReconciler:
         missing_namespaces: dict[tuple, str] = {}
         state = plan = None
         for _ in range(MAX_PASSES):
-            uids = {
-                _meta(cq).get("name"): _uid(cq)
+            uids: dict[str, str] = {
+                str(_meta(cq).get("name")): str(_uid(cq))
                 for cq in self.kueue[CLUSTER_QUEUE].list()
                 if not _deleting(cq) and _uid(cq)
             }
@@ -428,10 +438,7 @@ class QueueConfigReconciler:
                 return False
             self.stats.count_kueue("delete", kind)
             self._event(queue_config, "Delete", obj)
-            uid = _uid(obj)
-            expectations.append(
-                _Expect(self.kueue[kind], name, ns, lambda o, uid=uid: o is None or _uid(o) != uid or _deleting(o))
-            )
+            expectations.append(_Expect(self.kueue[kind], name, ns, _gone_or_replaced(_uid(obj))))
             return True
 
         async def create(obj: Mapping[str, Any], blocked_reason: str) -> bool:

@@ -125,8 +125,8 @@ def _entry_name(entry: Mapping[str, Any]) -> str | None:
 def merge_by_name(existing: Iterable[Mapping[str, Any]] | None, incoming: Iterable[Mapping[str, Any]]) -> list[dict]:
     """Incoming entries replace same-named existing ones in place; new names are appended
     in incoming order; existing entries with other names are kept untouched."""
-    incoming = [copy.deepcopy(dict(e)) for e in incoming]
-    by_name = {_entry_name(e): e for e in incoming}
+    wanted: list[dict] = [copy.deepcopy(dict(e)) for e in incoming]
+    by_name = {_entry_name(e): e for e in wanted}
     used: set[str | None] = set()
     result: list[dict] = []
     for entry in existing or []:
@@ -137,7 +137,7 @@ def merge_by_name(existing: Iterable[Mapping[str, Any]] | None, incoming: Iterab
                 used.add(name)
             continue  # duplicates of a replaced name collapse into the replacement
         result.append(copy.deepcopy(dict(entry)))
-    result.extend(e for e in incoming if _entry_name(e) not in used)
+    result.extend(e for e in wanted if _entry_name(e) not in used)
     return result
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -258,7 +258,7 @@ def newer_or_same(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any] | N
 
 
 async def wait_observed(
-    pending: list[tuple[Callable[[], Mapping[str, Any] | None], Callable[[Mapping[str, Any] | None], bool]]],
+    pending: Sequence[tuple[Callable[[], Mapping[str, Any] | None], Callable[[Mapping[str, Any] | None], bool]]],
     timeout: float,
     interval: float = 0.02,
 ) -> bool:

@@ -121,8 +121,8 @@ async def test_missing_lease_namespace_fails_fast_naming_namespace_and_flag(cont
     """Without its Lease namespace the operator exits with a message, instead of retrying forever."""
     missing = f"no-such-ns-{uuid.uuid4().hex[:6]}"
     op = OperatorProcess(
-        str(control_plane.kubeconfig), tmp_path / "op.log", "--demo", "--leader-elect",
-        f"--leader-election-id={LEASE}", f"--leader-election-namespace={missing}",
+        str(control_plane.kubeconfig), tmp_path / "op.log", "--leader-elect",
+        f"--leader-election-id={LEASE}", f"--leader-election-namespace={missing}", module="support.demo",
     )
     try:
         await eventually(lambda: not op.alive(), timeout=90, what="the operator exits")

@@ -178,7 +178,7 @@ class ModelSpec(ApiModel):
             raise ValueError("files[].path must be unique")
         return self
 
-    #: Object-level rules on spec (see kubeai-model-behavior §2).
+    #: Object-level CEL rules on spec, enforced at admission.
     CRD_VALIDATIONS: ClassVar[tuple[tuple[str, str], ...]] = (
         (
             "!has(self.cacheProfile) || " + _starts_with_any("self.url", CACHEABLE_URL_SCHEMES),

@@ -4,7 +4,7 @@ The reconciler writes it into the download ConfigMap (key ``config.yaml``) with
 :meth:`DownloadConfig.build` + :meth:`DownloadConfig.to_config_yaml`; the
 download program reads it with :meth:`DownloadConfig.from_file`.
 
-Shape (camelCase keys, as in the API; spec §11.2)::
+Shape (camelCase keys, as in the API)::
 
     downloadRoot: /workload        # "" when no data volume
     hfHome: /hf_cache              # "" when no HF cache volume
@@ -100,7 +100,7 @@ class DownloadConfig(DownloadTaskConfig):
         data_download: ObjectStorageDownloadSpec | None = None,
         hf_repos: Iterable[HuggingFaceDownloadItem] | None = None,
     ) -> DownloadConfig:
-        """Assemble the document the controller writes (spec §11.2).
+        """Assemble the document the controller writes into the download ConfigMap.
 
         Copies the items and fills ``file`` of every ValueReference whose file
         is empty with ``/app/secrets/<secretName>/<secretKey>``: for S3 both
@@ -145,7 +145,7 @@ class DownloadConfig(DownloadTaskConfig):
 
     def secret_refs(self) -> list[SecretRef]:
         """Distinct ``(secretName, secretKey)`` pairs the download Job must mount
-        (in first-use order), for the ``secret-<name>`` volumes of spec §11.3."""
+        (in first-use order), for the ``secret-<name>`` volumes of the download Job."""
         seen: dict[SecretRef, None] = {}
         for ref in self._refs_needing_files():
             if ref.secret_name and ref.secret_key:

@@ -7,16 +7,16 @@ return desired objects, patches or plans. The reconciler performs the writes.
 Modules:
 
 * :mod:`.constants` - label keys, names and Kueue API versions.
-* :mod:`.nodepools` - node-pool discovery and node label/taint patches (spec 15.2, 15.3).
-* :mod:`.defaults` - default ClusterQueue/Topology and the merge into a queue config (15.4, 15.5).
-* :mod:`.kueue` - queue-config spec -> desired Kueue objects, v1beta1 -> v1beta2 translation (15.7).
+* :mod:`.nodepools` - node-pool discovery and node label/taint patches.
+* :mod:`.defaults` - default ClusterQueue/Topology and the merge into a queue config.
+* :mod:`.kueue` - queue-config spec -> desired Kueue objects, v1beta1 -> v1beta2 translation.
 * :mod:`.validate` - bad-input checks naming the offending item.
 * :mod:`.plan` - diff desired vs existing Kueue objects into creates/updates/deletes.
-* :mod:`.localqueue` - the LocalQueue helper shared by the workload reconcilers (5.8).
+* :mod:`.localqueue` - the LocalQueue helper shared by the workload reconcilers.
 * :mod:`.status` - desired KaiwoQueueConfig status.
 * :mod:`.events` - event reasons/messages for sync writes.
 
-Reconcile outline (spec 15.6/15.7) using these pieces::
+Reconcile outline using these pieces::
 
     result = ensure_default_queue_config(queue_config_or_None, nodes, kaiwo_config)
     # patch nodes (result.node_patches), create result.create or write result.spec

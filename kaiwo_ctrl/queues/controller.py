@@ -1,16 +1,16 @@
-"""The KaiwoQueueConfig reconciler (spec 15): node pools -> queue config -> Kueue objects.
+"""The KaiwoQueueConfig reconciler: node pools -> queue config -> Kueue objects.
 
 :func:`setup` registers, on a runtime :class:`~kaiwo_ctrl.runtime.manager.Manager`:
 
 * the controller ``kaiwoqueueconfig`` (one worker) reconciling the singleton
   ``KaiwoQueueConfig/kaiwo``. Triggers: the queue config itself (create, delete,
   spec changes); Nodes (create, delete, and updates changing
-  ``spec.unschedulable``, CPU/memory capacity or labels - spec 15.1), debounced
+  ``spec.unschedulable``, CPU/memory capacity or labels), debounced
   so a burst of node events becomes a handful of reconciles; the KaiwoConfig
   (spec changes, so edits take effect without a restart); and the Kueue objects
   it manages (so a hand edit or delete of a managed object is repaired);
-* the leader-only startup task (spec 15.2): default topology labels on Nodes,
-  then *ensure default queue config* (15.5).
+* the leader-only startup task, run once per start: default topology labels on Nodes
+  lacking them, then *ensure default queue config*.
 
 Every read comes from the shared informer caches; the only writes are the ones
 the pure planners in this package ask for, so an idle operator writes nothing.
@@ -70,7 +70,8 @@ CONTROLLER_NAME = "kaiwoqueueconfig"
 COMPONENT = "kaiwoqueueconfig-controller"
 NAME_ERROR = "only a KaiwoQueueConfig named 'kaiwo' is allowed"
 
-#: Seconds node events are collected before the reconcile runs (spec 15.8 "within seconds").
+#: Seconds node events are collected before the reconcile runs; node changes
+#: must reach the queue config within seconds.
 NODE_DEBOUNCE = 1.0
 #: Short collection window for events on the Kueue objects we manage (our own writes arrive in bursts).
 KUEUE_DEBOUNCE = 0.2
@@ -163,7 +164,7 @@ def _error_text(err: BaseException) -> str:
 
 
 class NodeChanged(Predicate):
-    """Node updates that matter to pools (spec 15.1); creates and deletes always pass."""
+    """Node updates that matter to pools; creates and deletes always pass."""
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return node_fingerprint(old) != node_fingerprint(new)
@@ -277,17 +278,17 @@ class QueueConfigReconciler:
     # ----------------------------------------------------------- reconcile
     async def __call__(self, req: Request) -> Result | None:
         if req.namespace or req.name != QUEUE_CONFIG_NAME:
-            raise ValueError(NAME_ERROR)  # logged and retried with backoff (spec 15.1)
+            raise ValueError(NAME_ERROR)  # only the name kaiwo is allowed; logged and retried with backoff
         async with self.lock:
             self.stats.reconciles += 1
-            config = self.settings.current()  # missing -> error, retried with backoff (spec 3)
+            config = self.settings.current()  # missing -> error, retried with backoff
             queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
             if queue_config is not None and _deleting(queue_config):
                 return Result(requeue_after=WAIT_REQUEUE)  # re-created once the old one is gone
             if queue_config is None or config.spec.dynamically_update_default_cluster_queue:
                 queue_config, created = await self.ensure_default(queue_config, config)
                 if created:
-                    return None  # spec 15.6.3: do not sync from the new object; its event triggers the next run
+                    return None  # just created: do not sync from the new object; its event triggers the next run
             else:
                 await self.label_nodes(config)
             return await self.sync(queue_config)
@@ -307,7 +308,7 @@ class QueueConfigReconciler:
         if patches:
             await self.patch_nodes(patches, pools, cfg)
 
-    # ------------------------------------------------ ensure default (15.5)
+    # ------------------------------------------------ ensure default
     async def ensure_default(self, queue_config: dict | None, config: Any) -> tuple[dict, bool]:
         """Discover pools, patch nodes, create or update the queue config.
 
@@ -375,7 +376,7 @@ class QueueConfigReconciler:
         if errors:
             raise errors[0]
 
-    # ---------------------------------------------------------- sync (15.7)
+    # ---------------------------------------------------------- sync
     def _namespace_ready(self, name: str | None) -> bool:
         ns = self.namespaces.get(name) if name else None
         return ns is not None and not _deleting(ns)
@@ -523,7 +524,7 @@ class QueueConfigReconciler:
         log.debug("cache did not catch up with our writes", extra={"pending": len(pending)})
         return False
 
-    # ------------------------------------------------------ startup (15.2)
+    # ------------------------------------------------------ startup
     async def startup(self) -> None:
         """Leader-only startup task: topology labels, then ensure the default queue config.
 
@@ -557,7 +558,7 @@ class QueueConfigReconciler:
                         out = await self.client.patch(NODES, name, patch)
                         self.stats.node_patches += 1
                         expectations.append(self._expect_version(self.nodes, out))
-                    except ApiError as e:  # spec 15.2.2: logged, not fatal
+                    except ApiError as e:  # a topology-label failure is logged, not fatal
                         if not e.not_found:
                             log.warning("topology labels not written", extra={"node": name, "error": _error_text(e)})
 

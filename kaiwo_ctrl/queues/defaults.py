@@ -1,4 +1,4 @@
-"""Default ClusterQueue and Topology (spec 15.4) and *ensure default queue config* (15.5).
+"""Default ClusterQueue and Topology and *ensure default queue config*.
 
 Entries produced here are in the queue-config shape (the ClusterQueue spec uses
 the v1beta1 field names users write, e.g. ``cohort``); :mod:`.kueue` translates.
@@ -93,7 +93,8 @@ def default_queue_config_spec(
     cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
     cohort: str = DEFAULT_COHORT_NAME,
 ) -> dict[str, Any]:
-    """Spec of a freshly created queue config (15.5 step 2)."""
+    """Spec of a freshly created queue config: the default queue, the discovered flavors
+    and the default topology."""
     pools = sorted(pools, key=NodePool.sort_key)
     return {
         "clusterQueues": [default_cluster_queue(pools, cluster_queue_name, cohort)],
@@ -157,7 +158,7 @@ def merge_queue_config_spec(
     cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
     cohort: str = DEFAULT_COHORT_NAME,
 ) -> dict[str, Any]:
-    """15.5 step 3: merge discovery into an existing queue-config spec (or object/model).
+    """Merge discovery into an existing queue-config spec (or object/model).
 
     Flavors and topologies merge by name (discovered ones win, others are kept);
     the default ClusterQueue entry is replaced wholesale, other queues are kept;
@@ -210,7 +211,7 @@ def ensure_default_queue_config(
     *,
     spec_schema: Mapping[str, Any] | None = None,
 ) -> EnsureDefault:
-    """Discover pools from ``nodes`` and work out the queue-config write (spec 15.5).
+    """Discover pools from ``nodes`` and work out the queue-config write.
 
     ``existing`` is the current KaiwoQueueConfig (object dict or model) or ``None``;
     ``config`` the KaiwoConfig (object, spec or model) supplying

@@ -1,4 +1,4 @@
-"""Event reasons and messages for the queue-config sync (spec 15.7), emitted on the
+"""Event reasons and messages for the queue-config sync, emitted on the
 KaiwoQueueConfig by the reconciler after each write.
 
 Success (Normal): reason ``KaiwoQueueConfig<Kind><Action>d``, message

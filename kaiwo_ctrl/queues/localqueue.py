@@ -1,4 +1,4 @@
-"""The LocalQueue a workload needs (spec 5.8) - one helper shared by the KaiwoJob and
+"""The LocalQueue a workload needs - one helper shared by the KaiwoJob and
 KaiwoService reconcilers.
 
 :func:`resolve_local_queue` decides, from what the reconciler already has in its
@@ -74,7 +74,7 @@ def resolve_local_queue(
     local_queue_exists: bool,
     cluster_queue: Mapping[str, Any] | None,
 ) -> LocalQueueDecision:
-    """Decide how to ensure LocalQueue ``queue`` in ``namespace`` (spec 5.8).
+    """Decide how to ensure LocalQueue ``queue`` in ``namespace``.
 
     ``queue_config`` is the KaiwoQueueConfig (object, spec or model; ``None`` if it
     does not exist), ``local_queue_exists`` whether LocalQueue ``namespace/queue`` is

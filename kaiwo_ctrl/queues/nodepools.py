@@ -1,4 +1,4 @@
-"""Node-pool discovery (spec 15.3) and the node writes it implies (15.2, 15.3).
+"""Node-pool discovery and the node writes it implies.
 
 Nodes are grouped into pools by a generated flavor name
 ``<vendor>-<model>-<gpus>gpu-<nominalCPU>core-<nominalMemGi>gi``. Discovery is
@@ -6,9 +6,10 @@ pure: :func:`discover` reads Node dicts, :func:`node_patches` and
 :func:`topology_label_patches` return only the changes a node still needs, so an
 unchanged cluster yields no writes at all.
 
-Decision (beyond the spec's cleaning rules): after the spec's substring removals
-the GPU model keeps only ``[a-z0-9]`` characters, so a model is always a single
-token (``AMD-Instinct-MI300X`` -> ``mi300x`` instead of ``--mi300x``) and the
+AMD model names are cleaned by lower-casing and removing the substrings
+``instinct``, ``radeon``, ``_``, ``oam``, ``amd``, ``series`` and ``gpu``; after
+that the GPU model also keeps only ``[a-z0-9]`` characters, so a model is always
+a single token (``AMD-Instinct-MI300X`` -> ``mi300x`` instead of ``--mi300x``) and the
 flavor name stays a valid object name and label value. A model that cleans to
 nothing becomes ``unknown``.
 """
@@ -52,7 +53,7 @@ GPU_RESOURCES = {"amd": AMD_GPU_RESOURCE, "nvidia": NVIDIA_GPU_RESOURCE}
 
 
 def clean_amd_model(product_name: str) -> str:
-    """``AMD_Instinct_MI300X_OAM`` -> ``mi300x`` (spec 15.3 plus the single-token decision)."""
+    """``AMD_Instinct_MI300X_OAM`` -> ``mi300x`` (lower-case, drop the vendor words, keep one token)."""
     text = product_name.lower()
     for noise in _AMD_NOISE:
         text = text.replace(noise, "")
@@ -144,7 +145,7 @@ class NodePool:
         return quota
 
     def sort_key(self) -> tuple:
-        """CPU-only (0 GPU) first, then ascending GPU count, then ascending CPU (spec 15.4)."""
+        """CPU-only (0 GPU) first, then ascending GPU count, then ascending CPU."""
         return (self.gpus_per_node, self.nominal_cpu_per_node, self.name)
 
 
@@ -292,7 +293,7 @@ def node_patches(
     added, ``"spec": {"taints": <complete new list>}`` and the node's
     ``metadata.resourceVersion`` so a concurrent taint change makes the write fail
     with a conflict instead of being lost (re-read and retry). Labels on nodes
-    that left a pool are never removed (spec 15.3).
+    that left a pool are never removed.
     """
     add_taints, taint_key = gpu_taint_settings(config)
     by_name = {_name(n): n for n in nodes}
@@ -335,7 +336,7 @@ def topology_label_patches(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict
 
 
 def node_fingerprint(node: Mapping[str, Any]) -> tuple:
-    """The node fields whose change must trigger a queue-config reconcile (spec 15.1)."""
+    """The node fields whose change must trigger a queue-config reconcile."""
     capacity = (node.get("status") or {}).get("capacity") or {}
     return (
         is_cordoned(node),

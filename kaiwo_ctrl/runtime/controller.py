@@ -2,7 +2,7 @@
 
 The reconcile function receives only a :class:`Request` (namespace/name),
 reads current state from the cache, and returns a :class:`Result` or
-``None``. Result handling follows framework-design-notes §2.2:
+``None``. Results are handled in this order:
 
 * exception (not terminal) -> ``add_rate_limited`` (exponential backoff);
 * :class:`TerminalError` -> not retried;

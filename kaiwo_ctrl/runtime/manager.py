@@ -1,6 +1,6 @@
 """The manager: owns the client, the shared cache, controllers and probes.
 
-Start order (framework-design-notes §10): HTTP servers (probes, metrics) ->
+Start order: HTTP servers (probes, metrics) ->
 informers, wait for sync -> leader election -> leader-only runnables
 (controllers and background tasks). Shutdown runs the other way round within
 a 30 s budget. Losing the lease raises :class:`LeadershipLost` at once, with no

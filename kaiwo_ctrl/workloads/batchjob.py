@@ -1,4 +1,4 @@
-"""The batch Job of a non-Ray KaiwoJob (§8.1)."""
+"""The batch Job of a non-Ray KaiwoJob."""
 
 from __future__ import annotations
 

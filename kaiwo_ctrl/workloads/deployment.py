@@ -1,4 +1,4 @@
-"""The Deployment of a non-Ray KaiwoService (§9.1)."""
+"""The Deployment of a non-Ray KaiwoService."""
 
 from __future__ import annotations
 

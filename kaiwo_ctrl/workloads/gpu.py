@@ -1,5 +1,5 @@
-"""GPU maths: cluster statistics from nodes (§6.1), replica/GPU derivation
-(§6.2), the Schedulable check (§6.3) and the GPU resource name (§6.4)."""
+"""GPU maths: cluster statistics from nodes, replica/GPU derivation, the
+Schedulable check and the GPU resource name."""
 
 from __future__ import annotations
 
@@ -56,11 +56,12 @@ def _pool_gpus(pool: str, vendor: str) -> int | None:
 
 
 def cluster_gpu_stats(nodes: Iterable[Mapping], vendor: str, default_gpu_key: str = AMD_GPU) -> ClusterGpuStats:
-    """§6.1, with three deliberate differences from the reference implementation:
+    """GPU totals and per-node minimum of one vendor, with three deliberate
+    differences from the reference implementation:
 
     * cordoned nodes (``spec.unschedulable``) are skipped: they keep their
       ``kaiwo/nodepool`` label but can take no new pods, so counting them
-      overstated capacity; node-pool discovery (§15.3) skips them too;
+      overstated capacity; node-pool discovery skips them too;
     * pools advertising 0 GPUs are skipped (they would make the per-node minimum
       0 and the derivation divide by zero);
     * allocatable is read under the same resource name the pods request
@@ -100,7 +101,7 @@ def cluster_gpu_stats(nodes: Iterable[Mapping], vendor: str, default_gpu_key: st
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """The outcome of §6.2: exported as NUM_GPUS / NUM_REPLICAS / NUM_GPUS_PER_REPLICA."""
+    """The GPU/replica derivation: exported as NUM_GPUS / NUM_REPLICAS / NUM_GPUS_PER_REPLICA."""
 
     total_gpus: int
     replicas: int
@@ -119,7 +120,8 @@ class GpuPlan:
 def derive_gpu_plan(
     gpus: int, replicas: int | None, gpus_per_replica: int, stats: ClusterGpuStats | None
 ) -> GpuPlan:
-    """§6.2. ``stats`` ``None`` means the cluster is unknown (no capacity data).
+    """Derive replicas and GPUs per replica. ``stats`` ``None`` means the
+    cluster is unknown (no capacity data).
 
     Difference from the reference: when both ``replicas`` and ``gpusPerReplica``
     are given, the total is ``replicas × gpusPerReplica`` (the API reference:
@@ -156,7 +158,8 @@ class SchedulableResult:
 
 
 def check_queue(queue: str, namespace: str, queue_config: Mapping | None) -> SchedulableResult | None:
-    """§6.3 step 1. Returns a failure or ``None``."""
+    """The workload's queue must be listed in the queue config, and in its
+    namespaces when it lists any. Returns a failure or ``None``."""
     entries = (queue_config or {}).get("clusterQueues") or []
     entry = next((e for e in entries if e.get("name") == queue), None)
     if entry is None:
@@ -179,9 +182,10 @@ def check_queue(queue: str, namespace: str, queue_config: Mapping | None) -> Sch
 
 
 def check_gpus(plan: GpuPlan, stats: ClusterGpuStats) -> SchedulableResult:
-    """§6.3 step 2, plus one check the reference lacked: explicitly requested
-    ``gpusPerReplica`` larger than the biggest node of that vendor can never be
-    placed (each replica is one pod), although the cluster total may suffice."""
+    """Enough GPUs in the cluster for the plan, plus one check the reference
+    lacked: explicitly requested ``gpusPerReplica`` larger than the biggest
+    node of that vendor can never be placed (each replica is one pod), although
+    the cluster total may suffice."""
     vendor = stats.vendor
     if plan.total_gpus > 0 and stats.total_gpus == 0:
         return SchedulableResult(False, "NoGPUs", f"Cluster has 0 GPUs (vendor: {_user(vendor)})", "spec.gpus")

@@ -1,4 +1,4 @@
-"""Label and annotation keys (spec §4) and the label sets put on children."""
+"""Label and annotation keys and the label sets put on children."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Names and label values derived from a workload (spec §4), through the one
+"""Names and label values derived from a workload, through the one
 name-derivation rule in :mod:`kaiwo_ctrl.runtime.names`."""
 
 from __future__ import annotations

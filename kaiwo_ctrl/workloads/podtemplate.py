@@ -1,4 +1,4 @@
-"""Pod template generation and decoration (§7) and entrypoint parsing (§7.7)."""
+"""Pod template generation and decoration and entrypoint parsing."""
 
 from __future__ import annotations
 
@@ -115,12 +115,12 @@ def check_pod_template(template: Any, path: str) -> dict[str, Any]:
 
 
 def normalize_entrypoint(text: str) -> str:
-    """§7.7 steps 1-2: trim, then join backslash line continuations with a space."""
+    """Trim, then join backslash line continuations with a space."""
     return _CONTINUATION.sub(" ", text.strip())
 
 
 def parse_entrypoint(text: str) -> list[str]:
-    """§7.7: the container ``command`` for a non-Ray entrypoint.
+    """The first container's ``command`` for a non-Ray entrypoint.
 
     ``sleep 1`` -> ``["/bin/sh", "-c", "sleep 1"]``; a first line ``#!<interp>``
     selects the interpreter and the rest of the lines are the script.
@@ -147,7 +147,7 @@ def parse_entrypoint(text: str) -> list[str]:
 def default_pod_template(
     container_name: str, *, scheduler_name: str, dshm_size: str, dangerous: bool, restart_policy: str = "Never"
 ) -> dict[str, Any]:
-    """§7.1: the template used when the user supplied no underlying spec."""
+    """The template used when the user supplied no underlying spec."""
     spec: dict[str, Any] = {
         "schedulerName": scheduler_name,
         "restartPolicy": restart_policy,
@@ -183,12 +183,13 @@ def _append_unique(items: list[dict], new: list[dict], key: str = "name") -> Non
 def decorate_pod_template(
     template: dict[str, Any], obj: KaiwoObject, world: World, storage: StoragePlan, role: PodRole
 ) -> dict[str, Any]:
-    """Apply §7.2-§7.6 and §6.4 in place and return the template."""
+    """Apply metadata, pod-level additions, container settings and resources,
+    GPU model affinity and tolerations in place and return the template."""
     settings = world.settings
     spec_ = obj.spec
     gpu_key = gpu_resource_key(obj.gpu_vendor, settings.default_gpu_resource_key)
 
-    # §7.2 metadata
+    # metadata
     meta = template.setdefault("metadata", {})
     labels = dict(meta.get("labels") or {})
     for key, value in (spec_.get("podTemplateSpecLabels") or {}).items():
@@ -210,11 +211,11 @@ def decorate_pod_template(
     meta["annotations"] = annotations
 
     pod = template.setdefault("spec", {})
-    # Priority (Decision §4): a scheduling.k8s.io PriorityClass of that name -> pod priority.
+    # Priority: a scheduling.k8s.io PriorityClass of that name -> pod priority.
     if obj.priority_class and obj.priority_class in world.priority_classes:
         pod["priorityClassName"] = obj.priority_class
 
-    # §7.3 pod-level additions
+    # pod-level additions
     if spec_.get("imagePullSecrets"):
         pod["imagePullSecrets"] = list(pod.get("imagePullSecrets") or [])
         _append_unique(pod["imagePullSecrets"], [dict(s) for s in spec_["imagePullSecrets"]])
@@ -240,7 +241,7 @@ def decorate_pod_template(
     if volumes:
         pod["volumes"] = volumes
 
-    # §7.4 containers
+    # containers
     env_extra = [dict(e) for e in spec_.get("env") or []]
     if storage.hf_requested:
         env_extra.append({"name": "HF_HOME", "value": storage.hf_mount_path})
@@ -275,7 +276,7 @@ def decorate_pod_template(
         _add_storage_env_mounts(c, mounts, env_extra)
         apply_to_init_container(c, spec_.get("resources"))
 
-    # §7.5 GPU model affinity
+    # GPU model affinity
     if obj.gpu_models and role.plan.gpus_per_replica > 0:
         affinity = dict(pod.get("affinity") or {})
         affinity["nodeAffinity"] = {
@@ -287,7 +288,7 @@ def decorate_pod_template(
         }
         pod["affinity"] = affinity
 
-    # §7.6 tolerations
+    # tolerations
     if settings.add_taints_to_gpu_nodes and any(container_requests_gpu(c, gpu_key) for c in containers):
         toleration = {"key": settings.default_gpu_taint_key, "operator": "Exists", "effect": "NoSchedule"}
         tolerations = list(pod.get("tolerations") or [])

@@ -1,4 +1,4 @@
-"""Ray cluster construction and decoration shared by RayJob and RayService (§10)."""
+"""Ray cluster construction and decoration shared by RayJob and RayService."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def decorate_ray_cluster(
     storage: StoragePlan,
     head_extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Decorate every worker group and the head in place (§10 steps 2-4).
+    """Decorate every worker group and the head in place: pod decoration and
+    replica counts, the head's memory and no GPUs, and the default Ray image.
     The caller checked the cluster's shape (:func:`check_ray_cluster`)."""
     for group in cluster.get("workerGroupSpecs") or []:
         group.setdefault("template", {})

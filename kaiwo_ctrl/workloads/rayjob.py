@@ -1,4 +1,4 @@
-"""The RayJob of a Ray KaiwoJob (§8.3)."""
+"""The RayJob of a Ray KaiwoJob."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def build_ray_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Storage
     spec["backoffLimit"] = 0
     if obj.entrypoint:
         spec["entrypoint"] = normalize_entrypoint(obj.entrypoint)
-    # The head template carries the queue/priority labels too (spec §4, §8.3).
+    # The head template carries the queue/priority labels too, like every pod template Kaiwo makes.
     q = queue_labels(obj.queue_name(world.settings), obj.priority_class)
     cluster = decorate_ray_cluster(spec["rayClusterSpec"], obj, world, gpu, storage, head_extra_labels=q)
     labels = dict(cluster["headGroupSpec"]["template"]["metadata"]["labels"])

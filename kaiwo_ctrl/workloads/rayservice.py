@@ -1,4 +1,4 @@
-"""The RayService of a Ray KaiwoService, wrapped in an AppWrapper (§9.3)."""
+"""The RayService of a Ray KaiwoService, wrapped in an AppWrapper."""
 
 from __future__ import annotations
 

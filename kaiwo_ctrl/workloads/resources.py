@@ -1,4 +1,4 @@
-"""Container resource requirements (§6.4): the per-role template and its
+"""Container resource requirements: the per-role template and its
 merge into main and init containers."""
 
 from __future__ import annotations

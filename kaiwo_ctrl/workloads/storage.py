@@ -1,5 +1,6 @@
-"""Storage children (§11): data/HF PVCs, the download ConfigMap and the
-download Job, plus ``StoragePlan``, the resolved view of ``spec.storage``."""
+"""Storage children (only when ``storage.storageEnabled``): data/HF PVCs, the
+download ConfigMap and the download Job, plus ``StoragePlan``, the resolved
+view of ``spec.storage``."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ class StoragePlan:
         objects = {k: download[k] for k in OBJECT_DOWNLOAD_KINDS if download.get(k)} if data_requested else {}
         # Items naming no Secret of their own use the namespace's AIMNamespaceConfig.
         objects = fill_download_items(world.aim_config(obj.namespace), objects) or {}
-        # Decision §11: HF repos without an HF storageSize are ignored.
+        # HF repos without an HF storageSize are ignored.
         repos = tuple(hf.get("preCacheRepos") or ()) if hf_requested else ()
         return cls(
             enabled=True,
@@ -191,7 +192,7 @@ def build_download_configmap(obj: KaiwoObject, plan: StoragePlan) -> dict[str, A
 
 
 def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dict[str, Any]:
-    """§11.3, running the operator's own ``kaiwo-ctrl download`` program."""
+    """The download Job, running the operator's own ``kaiwo-ctrl download`` program."""
     config = download_config(plan)
     command = ["kaiwo-ctrl", "download", "--config", f"{CONFIG_MOUNT_DIR}/{CONFIG_KEY}"]
     volumes: list[dict[str, Any]] = [

@@ -38,7 +38,7 @@ def as_dict(value: Any) -> dict[str, Any]:
 
 
 def _typed_config(spec: Any) -> KaiwoConfigSpec:
-    """The KaiwoConfigSpec model with every CRD default (§3) filled in."""
+    """The KaiwoConfigSpec model with every CRD default filled in."""
     if isinstance(spec, KaiwoConfigSpec):
         return spec
     return KaiwoConfigSpec.model_validate(as_dict(spec))

@@ -1,10 +1,10 @@
-"""§14 on the real kube-apiserver: the resource monitor scrapes a local
-Prometheus exposition server (standing in for the GPU metrics exporter, an
-external system), maps samples to Pods created with the Kaiwo labels, sets
-the ResourceUnderutilization condition and emits GpuUtilizationLow events,
-flags underutilised workloads for termination (the workload controller in the
-same manager then terminates them, §13), and writes nothing when nothing
-changed."""
+"""GPU utilization monitoring on the real kube-apiserver: the resource
+monitor scrapes a local Prometheus exposition server (standing in for the GPU
+metrics exporter, an external system), maps samples to Pods created with the
+Kaiwo labels, sets the ResourceUnderutilization condition and emits
+GpuUtilizationLow events, flags underutilised workloads for termination (the
+workload controller in the same manager then terminates them), and writes
+nothing when nothing changed."""
 
 from __future__ import annotations
 
@@ -265,14 +265,14 @@ async def test_underutilised_workload_is_flagged_and_terminated(
     assert c["WorkloadTerminatedEarly"] == (
         "True", "GpuUtilizationLow", "Terminating workload due to underutilized GPU resources")
     assert c["ResourceUnderutilization"][:2] == ("True", "GpuUtilizationLow")
-    # the monitor flagged it (TERMINATING), the workload controller terminated it (§13)
+    # the monitor flagged it (TERMINATING), the workload controller terminated it
     flagged = await eventually(lambda: monitor_events(admin, namespace, "idle-gpu", "WorkloadTermination"),
                                what="WorkloadTermination event from the monitor")
     assert flagged[0]["type"] == "Normal"
     terminated = await eventually(
         lambda: [e for e in events_for(admin, namespace, "idle-gpu")
                  if e["reason"] == "GpuUtilizationLow" and e["source"].get("component") == "kaiwojob-controller"],
-        what="§13 Warning event from the workload controller",
+        what="Warning event from the workload controller",
     )
     assert terminated[0]["type"] == "Warning"
     assert terminated[0]["message"] == "Terminating workload due to underutilized GPU resources"
@@ -281,7 +281,7 @@ async def test_underutilised_workload_is_flagged_and_terminated(
         job = get(admin, job_url)
         return job is None or bool(job["metadata"].get("deletionTimestamp"))
 
-    await eventually(deleted_or_deleting, what="the Job deleted (§13)")
+    await eventually(deleted_or_deleting, what="the Job deleted")
 
     # terminal: the monitor leaves it alone from now on
     await wait_ticks(monitor, 3)

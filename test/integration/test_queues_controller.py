@@ -680,7 +680,7 @@ async def test_dynamic_update_follows_node_add_remove_cordon_and_relabel(operato
         return quota(get(kube, f"{KUEUE}/clusterqueues/kaiwo"), NVIDIA_FLAVOR, "nvidia.com/gpu")
 
     await eventually(lambda: gpu_quota() == 32, what="32 GPUs")
-    # cordon one GPU node -> 24; uncordon -> 32 (spec 15.4 acceptance)
+    # cordon one GPU node -> 24; uncordon -> 32: cordoned nodes leave the pool quota
     kube.patch("/api/v1/nodes/nv-3", json={"spec": {"unschedulable": True}}, headers=MERGE)
     await eventually(lambda: gpu_quota() == 24, what="cordoned node left the pool")
     kube.patch("/api/v1/nodes/nv-3", json={"spec": {"unschedulable": False}}, headers=MERGE)
@@ -795,7 +795,7 @@ async def test_name_constraint_and_missing_config(operator, kube):
     add_node(kube, "cpu-0")
     op = await operator()
     await eventually(lambda: (q := queue_config(kube)) and (q.get("status") or {}).get("status") == "READY")
-    # the CRD only admits the name kaiwo; the reconciler refuses any other name too (spec 15.1)
+    # the CRD only admits the name kaiwo; the reconciler refuses any other name too
     r = kube.post(QC_URL, json={"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig",
                                 "metadata": {"name": "other"}, "spec": {}})
     assert r.status_code == 422

@@ -1,6 +1,6 @@
 """Reconciler behaviour beyond one workload's life: no writes when nothing
-changed (counted API calls), spec edits, bad input, termination (§13) and
-deletion through owner references (§17), on the real kube-apiserver."""
+changed (counted API calls), spec edits, bad input, termination and
+deletion through owner references, on the real kube-apiserver."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ async def test_deleting_the_workload_deletes_what_it_owns(operator, admin, names
     for url in urls + [dep_url]:
         await wait_object(admin, url)
     assert kj["metadata"].get("finalizers") is None and ks["metadata"].get("finalizers") is None
-    # no finalizer on the Kaiwo objects (§17): nothing to clean up beyond what GC does
+    # no finalizer on the Kaiwo objects: nothing to clean up beyond what GC does
     for kind, name in (("KaiwoJob", "owner"), ("KaiwoService", "svcowner")):
         assert not get(admin, kaiwo_url(kind, namespace, name))["metadata"].get("finalizers")
         r = admin.delete(kaiwo_url(kind, namespace, name))
@@ -245,7 +245,7 @@ async def test_deleting_the_workload_deletes_what_it_owns(operator, admin, names
     assert get(admin, f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/kaiwo") is not None
 
 
-# --------------------------------------------------------------------------- re-evaluation and §12
+# ---------------------------------------------------- re-evaluation and duration-based preemption
 
 
 async def test_error_is_re_evaluated_when_gpu_nodes_appear(operator, admin, namespace):
@@ -283,7 +283,7 @@ async def test_expired_duration_under_gpu_demand_terminates(operator, admin, nam
     admit(admin, namespace, job)
     patch_status(admin, job_url(namespace, "long"), {"active": 1, "ready": 1, "startTime": "2026-01-01T00:00:00Z"})
     await wait_status(admin, "KaiwoJob", namespace, "long", "RUNNING")
-    # §12.1: Preemptable becomes True once the duration ran out (a requeue, no other trigger)
+    # Preemptable becomes True once the duration ran out (a requeue, no other trigger)
     st = await eventually(
         lambda: (s := status_of(admin, "KaiwoJob", namespace, "long"))
         and conditions(s).get("Preemptable", ("",))[0] == "True" and s,

@@ -1,4 +1,4 @@
-"""KaiwoJob reconciler on the real kube-apiserver (§5, §8, §11, §12, §13).
+"""KaiwoJob reconciler on the real kube-apiserver.
 
 The operator runs in-process exactly as ``kaiwo-ctrl run`` wires it
 (``kaiwo_ctrl.workloads.controller.setup``). Kueue, KubeRay and the Job
@@ -43,7 +43,7 @@ async def test_plain_job_goes_through_the_status_machine(operator, admin, namesp
     kj = create_kaiwo(admin, "KaiwoJob", namespace, "plain", image="busybox:1.36", entrypoint="echo hello")
     uid = kj["metadata"]["uid"]
     job = await wait_object(admin, job_url(namespace, "plain"), what="child Job")
-    # §8.1: suspended for Kueue, labelled with the queue, owned by the KaiwoJob
+    # suspended for Kueue, labelled with the queue, owned by the KaiwoJob
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
     assert job["metadata"]["labels"]["kaiwo.silogen.ai/run-id"] == uid
@@ -59,7 +59,7 @@ async def test_plain_job_goes_through_the_status_machine(operator, admin, namesp
     assert conds["Admitted"] == ("False", "Pending", "Workload is pending admission into 'kaiwo'")
     assert st["observedGeneration"] == kj["metadata"]["generation"]
 
-    # §5.8: LocalQueue kaiwo made in the namespace, owned (not controlled) by the ClusterQueue
+    # LocalQueue kaiwo made in the namespace, owned (not controlled) by the ClusterQueue
     lq = await wait_object(admin, f"{KUEUE}/namespaces/{namespace}/localqueues/kaiwo", what="LocalQueue")
     assert lq["spec"]["clusterQueue"] == "kaiwo"
     assert [r["kind"] for r in lq["metadata"]["ownerReferences"]] == ["ClusterQueue"]
@@ -69,7 +69,7 @@ async def test_plain_job_goes_through_the_status_machine(operator, admin, namesp
     assert created["message"] in ("Created batch/v1, Kind=Job: plain", "Created kueue.x-k8s.io/v1beta2, Kind=LocalQueue: kaiwo")
     await wait_event(admin, namespace, "plain", "WorkloadPending")
 
-    # Kueue admits; the Job has no pods yet (§8.2: still PENDING) ...
+    # Kueue admits; the Job has no pods yet (still PENDING) ...
     admit(admin, namespace, job)
     await eventually(
         lambda: conditions(status_of(admin, "KaiwoJob", namespace, "plain")).get("Admitted")
@@ -149,7 +149,7 @@ async def test_user_supplied_job_spec_is_merged(operator, admin, namespace):
     job = await wait_object(admin, job_url(namespace, "userjob"))
     c = container(job)
     assert (c["name"], c["image"], c["command"]) == ("trainer", "python:3.12", ["python", "-c", "print(42)"])
-    assert job["spec"]["backoffLimit"] == 0  # §8.1: no retries whatever the user asked
+    assert job["spec"]["backoffLimit"] == 0  # no retries whatever the user asked
     assert job["spec"]["suspend"] is True
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels["kaiwo.silogen.ai/name"] == "userjob" and labels["kaiwo.silogen.ai/type"] == "job"
@@ -248,7 +248,7 @@ async def test_ray_job(operator, admin, namespace):
 
 
 async def test_job_not_controlled_by_the_kaiwojob_is_read_never_written(operator, admin, namespace):
-    """A Job adopted through the webhook (§16) exists before its KaiwoJob and is
+    """A Job adopted through the webhook exists before its KaiwoJob and is
     not controlled by it: its status drives the KaiwoJob, but it is never changed."""
     body = {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "adopted", "labels": {"kaiwo.silogen.ai/managed": "true"}},

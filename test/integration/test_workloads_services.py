@@ -1,4 +1,4 @@
-"""KaiwoService reconciler on the real kube-apiserver (§5, §9, §10).
+"""KaiwoService reconciler on the real kube-apiserver.
 
 No Deployment controller, Kueue, AppWrapper or KubeRay operator runs: the
 tests create the Pods, Kueue Workloads and RayService those would, and patch

@@ -1,5 +1,5 @@
-"""§14: exposition parsing, label requirements, namespace rules, grouping,
-thresholds and termination after terminateUnderutilizedAfter (injected time)."""
+"""GPU utilization monitoring: exposition parsing, label requirements,
+namespace rules, grouping, thresholds and termination after terminateUnderutilizedAfter (injected time)."""
 
 from datetime import datetime, timedelta, timezone
 
@@ -131,7 +131,7 @@ def test_pods_without_run_id_label_are_not_workload_pods():
     del labels["kaiwo.silogen.ai/run-id"]
     assert workload_of_pod(pod("x", **labels)) is None
     assert workload_of_pod(None) is None
-    # an empty run-id (webhook-created workloads, §16) still counts
+    # an empty run-id (webhook-created workloads) still counts
     assert workload_of_pod(pod("x", **kaiwo_labels(run_id=""))) == WorkloadRef("KaiwoJob", "ns", "w", "")
 
 

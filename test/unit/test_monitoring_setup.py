@@ -1,4 +1,4 @@
-"""§1.2 / §1.4 step 3: the RESOURCE_MONITORING_* environment and the
+"""The RESOURCE_MONITORING_* environment and the
 registration of the leader-only runnable; one Pod informer shared with the
 workload controllers; the workload status machine keeps what the monitor
 writes (no write battle)."""

@@ -1,4 +1,5 @@
-"""End-to-end (pure) scenarios of spec 15.7: merge -> desired objects -> plan, applied to a fake store."""
+"""End-to-end (pure) scenarios of the Kueue sync, where the queue config is
+authoritative: merge -> desired objects -> plan, applied to a fake store."""
 
 import copy
 

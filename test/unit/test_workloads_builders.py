@@ -1,6 +1,7 @@
-"""§8.1, §8.3, §9.1, §9.3, §10, §11 and desired_children: the children built
-from minimal and full specs, user-supplied specs merged, storage children,
-creation order, download gating and spec errors."""
+"""Batch Job, RayJob, Deployment, RayService + AppWrapper, Ray cluster, storage
+and desired_children: the children built from minimal and full specs,
+user-supplied specs merged, storage children, creation order, download gating
+and spec errors."""
 
 import copy
 
@@ -40,7 +41,7 @@ def ksvc(**spec):
             "metadata": {"name": "s", "namespace": "ns", "uid": "uid-s", "generation": 1}, "spec": spec}
 
 
-# --------------------------------------------------------------------------- batch Job §8.1
+# --------------------------------------------------------------------------- batch Job
 
 def test_batch_job_acceptance_shape():
     (job,) = desired_children(kjob(image="busybox:latest", gpuVendor="nvidia", gpus=8, entrypoint="sleep 1"), WORLD)
@@ -115,7 +116,7 @@ def test_default_queue_from_config():
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "dq"
 
 
-# --------------------------------------------------------------------------- RayJob §8.3 / §10
+# --------------------------------------------------------------------------- RayJob and Ray cluster
 
 def test_ray_job_acceptance_shape():
     (rj,) = desired_children(kjob(ray=True, gpus=14, gpuVendor="nvidia", image="rayproject/ray:2.41.0", entrypoint="sleep 1"), WORLD)
@@ -169,7 +170,7 @@ def test_ray_job_entrypoint_overrides_user_and_is_not_shell_wrapped():
     assert "rayClusterSpec" in rj["spec"]
 
 
-# --------------------------------------------------------------------------- Deployment §9.1
+# --------------------------------------------------------------------------- Deployment
 
 def test_deployment_minimal():
     (dep,) = desired_children(ksvc(image="nginx", gpuVendor="nvidia", gpus=16, entrypoint="serve"), WORLD)
@@ -200,7 +201,7 @@ def test_deployment_user_spec_merged_selector_created():
     assert spec["template"]["spec"]["restartPolicy"] == "Always"
 
 
-# --------------------------------------------------------------------------- RayService + AppWrapper §9.3
+# --------------------------------------------------------------------------- RayService + AppWrapper
 
 def test_ray_service_in_appwrapper():
     (aw,) = desired_children(ksvc(ray=True, gpus=14, gpuVendor="nvidia", serveConfigV2="applications: []\n", priorityClass="p"), WORLD)
@@ -232,7 +233,7 @@ def test_ray_service_user_spec_serve_config_kept_when_not_overridden():
         {"replicas": 1, "path": "template.spec.rayClusterConfig.headGroupSpec.template"}]
 
 
-# --------------------------------------------------------------------------- storage §11
+# --------------------------------------------------------------------------- storage
 
 STORAGE = {
     "storageEnabled": True,

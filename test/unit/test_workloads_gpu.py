@@ -1,4 +1,4 @@
-"""§6.1-§6.4: cluster GPU stats, replica derivation, Schedulable check, GPU key."""
+"""Cluster GPU stats, replica derivation, Schedulable check, GPU key."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""RFC 1123 normalisation, names with suffix, label sets (§4)."""
+"""RFC 1123 normalisation, names with suffix, label sets."""
 
 import pytest
 

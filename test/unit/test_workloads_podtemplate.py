@@ -1,4 +1,4 @@
-"""§7: entrypoint parsing and pod template decoration."""
+"""Entrypoint parsing and pod template decoration."""
 
 import pytest
 
@@ -90,7 +90,7 @@ def test_default_template_security_dshm_scheduler_image():
     assert s["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]
     c = s["containers"][0]
     assert c["name"] == "workload" and c["imagePullPolicy"] == "Always"
-    assert c["image"] == "ray:img"  # Decision: default Ray image for every kind
+    assert c["image"] == "ray:img"  # the default Ray image, for non-Ray kinds too
     assert c["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
     assert "command" not in c
 

@@ -1,4 +1,4 @@
-"""§6.4: resource template per role and its merge into containers."""
+"""Resource template per role and its merge into containers."""
 
 import pytest
 

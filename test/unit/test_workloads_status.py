@@ -1,4 +1,5 @@
-"""§5.3-§5.6, §8.2, §8.4, §9.2, §9.4, §11.4, §12, §13: the status machine."""
+"""The status machine: observation precedence, state transitions, conditions,
+child status mapping, storage propagation, preemption and termination."""
 
 from datetime import datetime, timedelta, timezone
 

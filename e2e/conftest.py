@@ -252,7 +252,7 @@ def operator(sim_plane, admin, installed, cluster_nodes, deployed, tmp_path_fact
     assert rc == 0, f"operator exit code {rc}:\n{proc.text()[-4000:]}"
 
 
-FORBIDDEN = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+FORBIDDEN = re.compile(r"(?<![\w.])403(?![\w.])|forbidden", re.IGNORECASE)
 
 
 def forbidden_lines(text: str) -> list[str]:

@@ -29,11 +29,11 @@ from typing import Any
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODELS
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
-from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.controller import Result, TerminalError
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
-from kaiwo_ctrl.runtime.resources import discover
+from kaiwo_ctrl.runtime.resources import NAMESPACES, discover
 
 from .effective import resolve
 from .routes import (
@@ -126,6 +126,12 @@ class AIMReconciler:
         """Namespaces whose configs name this Gateway."""
         key = (_meta(gateway).get("namespace") or "", _meta(gateway).get("name") or "")
         return sorted({Request(_meta(c).get("namespace") or "", KEY) for c in self.configs.list() if gateway_of(c) == key})
+
+    def operator_namespace_users(self, obj: Mapping[str, Any]) -> Iterable[Request]:
+        """The operator's Namespace -> every tenant namespace with a config."""
+        if _meta(obj).get("name") != self.operator_ns:
+            return []
+        return [Request(ns, KEY) for ns in sorted({str(_meta(c).get("namespace") or "") for c in self.configs.list()} - {""})]
 
     def grant_owner(self, grant: Mapping[str, Any]) -> Iterable[Request]:
         tenant = (_meta(grant).get("labels") or {}).get(LABEL_TENANT)
@@ -226,6 +232,13 @@ class AIMReconciler:
                 try:
                     await self.client.create(REFERENCEGRANTS, grant, self.operator_ns)
                 except ApiError as e:
+                    if e.not_found:
+                        # No timer retries (an idle operator writes nothing): the Namespace
+                        # watch in setup() enqueues every config once the namespace exists.
+                        raise TerminalError(
+                            f"operator namespace {self.operator_ns!r} not found: ReferenceGrant {name} cannot be "
+                            f"created until it exists (kubectl create namespace {self.operator_ns})"
+                        ) from None
                     if not e.already_exists:
                         raise
             elif not contains(current, {k: grant[k] for k in ("metadata", "spec")}):
@@ -291,6 +304,8 @@ def setup(mgr: Manager, *, operator_ns: str | None = None, tracer: Any = None) -
     ctl.watches(rec.gateways, rec.gateway_users, predicates=[_ComesOrGoes()], debounce=DEBOUNCE)
     for inf in (rec.jobs, rec.services):
         ctl.watches(inf, rec._configured, predicates=[_ComesOrGoes()], debounce=1.0)
+    # the operator's namespace appearing lets the ReferenceGrants be created (see _sync_grant)
+    ctl.watches(mgr.cache.informer(NAMESPACES), rec.operator_namespace_users, predicates=[_ComesOrGoes()])
     return rec
 
 

@@ -211,8 +211,15 @@ class ModelReconciler:
         prefix = cachelib.PVC_ANNOTATION_PREFIX
         return [Request(ns, k[len(prefix):]) for k in meta.get("annotations") or {} if k.startswith(prefix)]
 
-    def model_pods(self, ns: str, name: str) -> list[dict]:
-        return self.pods.by_index(IDX_MODEL, f"{ns}/{name}")
+    def model_pods(self, ns: str, name: str, uid: str | None = None) -> list[dict]:
+        """The server Pods of a Model: labelled with its name and, given ``uid``, controlled
+        by it. A Pod someone else made with the same labels is never counted, replaced or
+        deleted (the proxy may still route to it when it is Ready)."""
+        pods = self.pods.by_index(IDX_MODEL, f"{ns}/{name}")
+        if uid is None:
+            return pods
+        return [p for p in pods if any(r.get("controller") and r.get("uid") == uid
+                                       for r in (p.get("metadata") or {}).get("ownerReferences") or ())]
 
     # --------------------------------------------------------- reconcile
     async def reconcile(self, req: Request) -> Result | None:
@@ -224,7 +231,7 @@ class ModelReconciler:
             return None
         model = self._with_written_status(key, model)
         if model["metadata"].get("deletionTimestamp"):
-            await self.cache.finalize(model, self.model_pods(req.namespace, req.name))
+            await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None
         model = await self._sync_model_object(model)
         config = self.source.current
@@ -243,7 +250,7 @@ class ModelReconciler:
                 status = desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error)
                 await self._write_status(key, model, status)
                 return None
-        pods = self.model_pods(req.namespace, req.name)
+        pods = self.model_pods(req.namespace, req.name, model["metadata"].get("uid"))
         if self.expectations.satisfied(key, pods):
             try:
                 pods = await self._execute(key, model, pods, desired, config.surge)

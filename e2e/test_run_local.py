@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from support import wait_until
+
 from e2e.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -85,6 +87,16 @@ def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
                         "labels": {"app": "model", "model": "qwen2-500m-cpu"},
                         "annotations": {"model-pod-port": str(server.server_address[1])}},
            "spec": {"schedulerName": "e2e-nobody", "containers": [{"name": "server", "image": "fake"}]}}
+    # The sample Model's own Pod runs on a kwok node, whose podIP serves nothing: take the Model
+    # to 0 server Pods first, so the only endpoint is the fake server's Pod.
+    subprocess.run([*kubectl, "patch", "model", "qwen2-500m-cpu", "-n", "kaiwo-samples", "--type=merge",
+                    "-p", '{"spec": {"autoscalingDisabled": true, "replicas": 0}}'], check=True, capture_output=True)
+
+    def model_pods() -> str:
+        return subprocess.run([*kubectl, "get", "pods", "-n", "kaiwo-samples", "-l", "model=qwen2-500m-cpu", "-o", "name"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    wait_until(lambda: model_pods() == "", timeout=120, interval=1, what="the sample Model's own Pod is gone")
     try:
         subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, check=True, capture_output=True)
         status = {"status": {"phase": "Running", "podIP": "127.0.0.77", "podIPs": [{"ip": "127.0.0.77"}],

@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import pytest
 
-from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
 from kaiwo_ctrl.runtime.conditions import MESSAGE_LIMIT
 from kaiwo_ctrl.runtime.names import is_dns1123_label
 from support import eventually
+from support.planes import own_plane
 
 SEED = int(os.environ.get("KAIWO_HOSTILE_SEED", "9"))
 KAIWO = "/apis/kaiwo.silogen.ai/v1alpha1"
@@ -159,10 +159,8 @@ def catalogue(rng: random.Random) -> list[Case]:
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    p = ControlPlane(directory=tmp_path_factory.mktemp("hostile-plane"), assets=locate_assets())
-    p.start(install_crds=True)
-    yield p
-    p.stop()
+    with own_plane(tmp_path_factory, "hostile-plane") as p:
+        yield p
 
 
 @pytest.fixture(scope="module")

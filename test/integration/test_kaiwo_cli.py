@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets
+from kaiwo_ctrl.local.controlplane import free_port
+from support.planes import own_plane
 from test_workloads_support import (  # noqa: F401 - fixtures
     admit,
     complete_job,
@@ -287,11 +288,8 @@ async def test_error_exit_codes(control_plane, namespace, kc, home, tmp_path):
 @pytest.fixture(scope="module")
 def sim_plane(tmp_path_factory):
     """etcd + apiserver + kwok, without any CRD installed at first."""
-    plane = ControlPlane(directory=tmp_path_factory.mktemp("cli-sim"), assets=locate_assets(build=True),
-                         components=("kwok",))
-    plane.start(install_crds=False)
-    yield plane
-    plane.stop()
+    with own_plane(tmp_path_factory, "cli-sim", install_crds=False, components=("kwok",)) as plane:
+        yield plane
 
 
 async def test_missing_crds_then_logs_on_kwok_pods(sim_plane, tmp_path):

@@ -16,10 +16,11 @@ from decimal import Decimal
 
 import pytest
 
-from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
 from kaiwo_ctrl.quantity import parse_quantity
 from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.local.controlplane import ControlPlane
 from support import eventually, wait_until
+from support.planes import own_plane
 
 pytestmark = pytest.mark.integration
 
@@ -233,10 +234,8 @@ class RunningOperator:
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
     """A control plane of our own: these tests rewrite cluster-wide singletons."""
-    p = ControlPlane(directory=tmp_path_factory.mktemp("queues-plane"), assets=locate_assets())
-    p.start(install_crds=True)
-    yield p
-    p.stop()
+    with own_plane(tmp_path_factory, "queues-plane") as p:
+        yield p
 
 
 @pytest.fixture(scope="module")

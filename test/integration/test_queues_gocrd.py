@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
 from support import eventually
+from support.planes import own_plane
 from test_queues_controller import CONFIG_URL, QC_URL, RunningOperator, node_body
 
 pytestmark = pytest.mark.integration
@@ -50,10 +50,8 @@ GO_STYLE_DEFAULTS = {
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    p = ControlPlane(directory=tmp_path_factory.mktemp("gocrd-plane"), assets=locate_assets())
-    p.start(install_crds=True)
-    yield p
-    p.stop()
+    with own_plane(tmp_path_factory, "gocrd-plane") as p:
+        yield p
 
 
 def install_go_style_crd(h) -> None:

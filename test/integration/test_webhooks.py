@@ -25,8 +25,9 @@ import uuid
 import pytest
 from cryptography import x509
 
-from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets
+from kaiwo_ctrl.local.controlplane import free_port
 from support import eventually
+from support.planes import own_plane
 from support.operator import OperatorProcess
 from test_workloads_support import admit, complete_job, ensure_queue_config, patch_status, wait_status
 
@@ -45,10 +46,8 @@ DRY = {"dryRun": "All"}
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory):
-    cp = ControlPlane(directory=tmp_path_factory.mktemp("webhook-plane"), assets=locate_assets(build=True))
-    cp.start(install_crds=True)
-    yield cp
-    cp.stop()
+    with own_plane(tmp_path_factory, "webhook-plane") as cp:
+        yield cp
 
 
 @pytest.fixture(scope="module")

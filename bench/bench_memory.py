@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kaiwo_ctrl.runtime import loop
+
 
 def rss_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -130,7 +132,7 @@ def main() -> None:
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(asyncio.run(measure(args.kubeconfig, args.measure))))
+        print(json.dumps(loop.run(measure(args.kubeconfig, args.measure))))
         return
 
     from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
@@ -138,7 +140,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         cp = ControlPlane(Path(d), locate_assets()).start()
         try:
-            took = asyncio.run(populate(str(cp.kubeconfig), args.count, "bench"))
+            took = loop.run(populate(str(cp.kubeconfig), args.count, "bench"))
             print(f"created {args.count} KaiwoJobs + {args.count} Jobs in {took:.1f}s ({2 * args.count / took:.0f} creates/s)")
             for mode in ("trimmed", "raw"):
                 out = subprocess.run([sys.executable, __file__, "--measure", mode, "--kubeconfig", str(cp.kubeconfig)],

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kaiwo_ctrl.kinds import MODELS  # noqa: E402
+from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
 from kaiwo_ctrl.runtime.client import Client  # noqa: E402
 from kaiwo_ctrl.runtime.manager import Manager  # noqa: E402
@@ -119,7 +120,7 @@ def main() -> int:
         plane = ControlPlane(directory=Path(d), assets=locate_assets(build=True))
         plane.start(install_crds=True)
         try:
-            asyncio.run(main_async(args, plane))
+            loop.run(main_async(args, plane))
         finally:
             plane.stop()
     return 0

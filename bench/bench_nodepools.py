@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOCONFIGS, KAIWOQUEUECONFIGS  # noqa: E402
+from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
 from kaiwo_ctrl.quantity import parse_quantity  # noqa: E402
 from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
@@ -146,7 +147,7 @@ def main() -> int:
         plane = ControlPlane(directory=Path(tmp), assets=locate_assets())
         plane.start(install_crds=True)
         try:
-            asyncio.run(run(args, plane))
+            loop.run(run(args, plane))
         finally:
             plane.stop()
     return 0

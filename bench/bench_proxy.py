@@ -44,9 +44,9 @@ def _raise_nofile() -> None:
 
 
 def _loop_factory():
-    from kaiwo_ctrl.serving.command import new_event_loop_factory
+    from kaiwo_ctrl.runtime.loop import event_loop_factory
 
-    return new_event_loop_factory()
+    return event_loop_factory()
 
 
 # ------------------------------------------------------------------ backends

@@ -28,7 +28,6 @@ the creating run; ``--peak`` then gives the creating run's peak to compare.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import subprocess
@@ -44,6 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_kaiwojobs import arrange  # noqa: E402
+from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
 from kaiwo_ctrl.runtime.client import Client  # noqa: E402
 
@@ -165,7 +165,7 @@ def main() -> int:
                 await client.close()
 
             t = time.perf_counter()
-            asyncio.run(setup())
+            loop.run(setup())
             print(f"created {args.count} KaiwoJobs in {time.perf_counter() - t:.1f} s")
             with plane.http() as h:
                 op = Operator(kc, args.workers, Path(d) / "create.log")

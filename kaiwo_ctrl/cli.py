@@ -219,12 +219,11 @@ def _render(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from kaiwo_ctrl.runtime.logging import setup_logging
 
-    from kaiwo_ctrl.serving.command import new_event_loop_factory
+    from kaiwo_ctrl.runtime.loop import run
 
     setup_logging(args.log_level, args.log_format)
     try:
-        with asyncio.Runner(loop_factory=new_event_loop_factory()) as runner:
-            return runner.run(_run_async(args))
+        return run(_run_async(args))
     except KeyboardInterrupt:
         return 130
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 
+from kaiwo_ctrl.runtime import loop
 from kaiwo_ctrl.runtime.client import ApiError
 
 from . import cmd_delete, cmd_list, cmd_logs, cmd_status, cmd_submit, config
@@ -72,7 +72,7 @@ async def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(_run(args))
+        return loop.run(_run(args))
     except CliError as e:
         print(f"kaiwo: error: {e.message}", file=sys.stderr)
         return e.code

@@ -126,14 +126,3 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
             # a stopped proxy drains its requests first (ProxyServer.drain_timeout)
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(task, server.drain_timeout + 5)  # type: ignore[union-attr]
-
-
-def new_event_loop_factory():
-    """uvloop's loop when it is installed (``pip install kaiwo-ctrl[fast]``) unless KAIWO_CTRL_UVLOOP=0."""
-    if os.environ.get("KAIWO_CTRL_UVLOOP", "1") == "0":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop

@@ -30,6 +30,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 
@@ -146,6 +147,9 @@ class Client:
         self.request_timeout = request_timeout
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._base: URL | None = None
+        self._static_headers: dict[str | None, dict[str, str]] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self.hooks: list[RequestHook] = []
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
@@ -198,16 +202,43 @@ class Client:
         return sum(n for m, n in self.counts.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
 
     async def _headers(self, content_type: str | None) -> dict[str, str]:
+        if self.config.token_hook is None:
+            # static credentials: one headers dict per content type, built once
+            # (aiohttp copies what it is given, so sharing it is safe)
+            h = self._static_headers.get(content_type)
+            if h is None:
+                h = self._static_headers[content_type] = self._build_headers(content_type, self.config.token)
+            return h
+        return self._build_headers(content_type, await self.config.token_hook())
+
+    def _build_headers(self, content_type: str | None, tok: str | None) -> dict[str, str]:
         h = {"Accept": "application/json", "User-Agent": self.user_agent}
         if content_type:
             h["Content-Type"] = content_type
-        if self.config.token_hook is not None:
-            tok = await self.config.token_hook()
-            if tok:
-                h["Authorization"] = tok if tok.lower().startswith("bearer ") else f"Bearer {tok}"
-        elif self.config.token:
-            h["Authorization"] = f"Bearer {self.config.token}"
+        if tok:
+            h["Authorization"] = tok if tok.lower().startswith("bearer ") else f"Bearer {tok}"
         return h
+
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
+        """The request URL, built from parts already percent-encoded
+        (:meth:`Resource.path` quotes names), so it is not parsed again."""
+        base = self._base
+        if base is None:
+            base = self._base = URL(self.config.host)
+        query = urlencode({k: _param(v) for k, v in params.items() if v is not None}) if params else ""
+        if "?" in path:  # a raw path that carries its own query
+            path, _, own = path.partition("?")
+            query = f"{own}&{query}" if query else own
+        return URL.build(
+            scheme=base.scheme, authority=base.raw_authority, path=base.raw_path.rstrip("/") + path, query_string=query, encoded=True
+        )
+
+    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
+        total = seconds or self.request_timeout
+        t = self._timeouts.get(total)
+        if t is None:
+            t = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
+        return t
 
     async def request(
         self,
@@ -218,10 +249,12 @@ class Client:
         body: Any = None,
         content_type: str | None = None,
         timeout: float | None = None,
+        decode: bool = True,
     ) -> Any:
-        url = self.config.host + path
-        if params:
-            url += "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+        """One API request; the decoded JSON answer (None for an empty one, or
+        when ``decode`` is false: a caller that does not read the answer saves
+        decoding it). Errors raise :class:`ApiError` whatever ``decode`` says."""
+        url = self._url(path, params)
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -231,15 +264,13 @@ class Client:
         t0 = time.monotonic()
         status = 0
         try:
-            async with self._sess().request(
-                method, url, data=data, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout)
-            ) as resp:
+            async with self._sess().request(method, url, data=data, headers=headers, timeout=self._timeout(timeout)) as resp:
                 status = resp.status
                 raw = await resp.read()
                 if status >= 400:
                     retry_after = resp.headers.get("Retry-After")
                     raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
-                return _loads(raw) if raw else None
+                return _loads(raw) if raw and decode else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
         finally:
@@ -318,9 +349,12 @@ class Client:
             if not cont:
                 return
 
-    async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
+    async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None, *, decode: bool = True) -> dict:
+        """POST ``obj``; the created object, or None with ``decode=False``."""
         ns = namespace or obj.get("metadata", {}).get("namespace")
-        return await self.request("POST", res.path(ns), body=_with_type(res, obj), params={"fieldManager": self.field_manager})
+        return await self.request(
+            "POST", res.path(ns), body=_with_type(res, obj), params={"fieldManager": self.field_manager}, decode=decode
+        )
 
     async def replace(self, res: Resource, obj: Mapping[str, Any], subresource: str | None = None) -> dict:
         meta = obj["metadata"]
@@ -345,6 +379,7 @@ class Client:
         subresource: str | None = None,
         force: bool | None = None,
         field_manager: str | None = None,
+        decode: bool = True,
     ) -> dict:
         params: dict[str, Any] = {"fieldManager": field_manager or self.field_manager}
         if force is not None:
@@ -355,6 +390,7 @@ class Client:
             body=patch,
             content_type=PATCH_TYPES[patch_type],
             params=params,
+            decode=decode,
         )
 
     async def patch_status(self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> dict:
@@ -444,7 +480,7 @@ class Client:
             "fieldSelector": field_selector,
         }
         path = res.path(namespace)
-        url = self.config.host + path + "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+        url = self._url(path, params)
         headers = await self._headers(None)
         self.counts["WATCH"] += 1
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)

@@ -194,7 +194,7 @@ class Controller:
         result_label = "success"
         self.active += 1
         if self.metrics:
-            self.metrics.active_workers.labels(controller=self.name).inc()
+            self.metrics.child(self.metrics.active_workers, self.name).inc()
         span = self.tracer.start_as_current_span(f"reconcile {self.name}") if self.tracer else None
         try:
             with log_context(controller=self.name, namespace=req.namespace, name=req.name, reconcileID=rid):
@@ -209,9 +209,9 @@ class Controller:
             self.active -= 1
             self.reconciles += 1
             if self.metrics:
-                self.metrics.active_workers.labels(controller=self.name).dec()
-                self.metrics.reconcile_total.labels(controller=self.name, result=result_label).inc()
-                self.metrics.reconcile_time.labels(controller=self.name).observe(time.monotonic() - t0)
+                self.metrics.child(self.metrics.active_workers, self.name).dec()
+                self.metrics.child(self.metrics.reconcile_total, self.name, result_label).inc()
+                self.metrics.child(self.metrics.reconcile_time, self.name).observe(time.monotonic() - t0)
 
     async def _reconcile_one(self, req: Request) -> str:
         try:

@@ -160,7 +160,7 @@ class EventRecorder:
             self._seen.move_to_end(key)
             prev["count"] += 1
             try:
-                await self.client.patch(EVENTS, prev["name"], {"count": prev["count"], "lastTimestamp": now}, ns)
+                await self.client.patch(EVENTS, prev["name"], {"count": prev["count"], "lastTimestamp": now}, ns, decode=False)
                 self.written += 1
                 return
             except ApiError as e:
@@ -182,7 +182,7 @@ class EventRecorder:
             "reportingComponent": component,
             "reportingInstance": f"{component}-{self.host}"[:128],
         }
-        await self.client.create(EVENTS, body)
+        await self.client.create(EVENTS, body, decode=False)
         self.written += 1
         self._seen[key] = {"name": name, "count": 1}
         if len(self._seen) > self._lru:

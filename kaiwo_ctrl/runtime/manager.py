@@ -146,11 +146,14 @@ class Manager:
     def _hook_rest_metrics(self) -> None:
         host = self.client.config.host.split("://", 1)[-1]
 
+        m = self.metrics
+        child = m.child
+
         def hook(method: str, path: str, status: int, seconds: float) -> None:
-            self.metrics.rest_client_requests.labels(code=str(status or "<error>"), method=method, host=host).inc()
-            self.metrics.rest_client_resource_requests.labels(method=method, resource=resource_of(path)).inc()
+            child(m.rest_client_requests, str(status or "<error>"), method, host).inc()
+            child(m.rest_client_resource_requests, method, resource_of(path)).inc()
             if method != "WATCH":
-                self.metrics.rest_client_request_duration.labels(verb=method, host=host).observe(seconds)
+                child(m.rest_client_request_duration, method, host).observe(seconds)
 
         self.client.hooks.append(hook)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -320,8 +321,20 @@ class Metrics:
         )
 
         self._workqueues: dict[str, WorkQueueMetrics] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # ------------------------------------------------------------------------
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)`` (values in the metric's label order),
+        memoised: ``labels()`` checks and joins its arguments on every call,
+        which showed up per request and per watch event. Label sets are bounded
+        by each metric's design, so the memo is too."""
+        key = (id(metric), values)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*values)
+        return c
 
     def register_controller(self, name: str, workers: int) -> None:
         """Create every per-controller series at its initial value."""
@@ -346,8 +359,8 @@ class Metrics:
 
     def informer_event(self, kind: str, event_type: str) -> None:
         """A watch event arrived: count it and stamp the time (Unix seconds)."""
-        self.informer_events.labels(kind=kind, type=event_type).inc()
-        self.informer_last_event_timestamp.labels(kind=kind).set(self._wall_clock())
+        self.child(self.informer_events, kind, event_type).inc()
+        self.child(self.informer_last_event_timestamp, kind).set(self._wall_clock())
 
     def informer_objects(self, kind: str, count: int) -> None:
         self.informer_object_count.labels(kind=kind).set(count)

@@ -21,6 +21,7 @@ import builtins
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -32,6 +33,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from kaiwo_ctrl.runtime import http1
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
@@ -147,9 +149,12 @@ class Client:
         self.request_timeout = request_timeout
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
-        self._base: URL | None = None
-        self._static_headers: dict[str | None, dict[str, str]] = {}
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        base = URL(config.host)
+        self._scheme, self._authority, self._prefix = base.scheme, base.raw_authority, base.raw_path.rstrip("/")
+        self._static_headers: dict[str | None, list[tuple[bytes, bytes]]] = {}
+        self._pool: http1.Pool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._slots = asyncio.Semaphore(max_connections)
         self.hooks: list[RequestHook] = []
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
@@ -187,6 +192,9 @@ class Client:
         return self._session
 
     async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -202,16 +210,11 @@ class Client:
         return sum(n for m, n in self.counts.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
 
     async def _headers(self, content_type: str | None) -> dict[str, str]:
+        """Headers for aiohttp (watches)."""
         if self.config.token_hook is None:
-            # static credentials: one headers dict per content type, built once
-            # (aiohttp copies what it is given, so sharing it is safe)
-            h = self._static_headers.get(content_type)
-            if h is None:
-                h = self._static_headers[content_type] = self._build_headers(content_type, self.config.token)
-            return h
-        return self._build_headers(content_type, await self.config.token_hook())
-
-    def _build_headers(self, content_type: str | None, tok: str | None) -> dict[str, str]:
+            tok = self.config.token
+        else:
+            tok = await self.config.token_hook()
         h = {"Accept": "application/json", "User-Agent": self.user_agent}
         if content_type:
             h["Content-Type"] = content_type
@@ -219,26 +222,45 @@ class Client:
             h["Authorization"] = tok if tok.lower().startswith("bearer ") else f"Bearer {tok}"
         return h
 
-    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
-        """The request URL, built from parts already percent-encoded
-        (:meth:`Resource.path` quotes names), so it is not parsed again."""
-        base = self._base
-        if base is None:
-            base = self._base = URL(self.config.host)
+    async def _raw_headers(self, content_type: str | None) -> list[tuple[bytes, bytes]]:
+        """Headers for the request pool, encoded once per content type when
+        the credentials are static (a token hook may change them)."""
+        if self.config.token_hook is None:
+            h = self._static_headers.get(content_type)
+            if h is None:
+                h = self._static_headers[content_type] = _encode_headers(await self._headers(content_type), self._authority)
+            return h
+        return _encode_headers(await self._headers(content_type), self._authority)
+
+    def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
+        """The request target: the server URL's path prefix, ``path`` (already
+        percent-encoded: :meth:`Resource.path` quotes names) and the query."""
         query = urlencode({k: _param(v) for k, v in params.items() if v is not None}) if params else ""
         if "?" in path:  # a raw path that carries its own query
             path, _, own = path.partition("?")
             query = f"{own}&{query}" if query else own
-        return URL.build(
-            scheme=base.scheme, authority=base.raw_authority, path=base.raw_path.rstrip("/") + path, query_string=query, encoded=True
-        )
+        target = self._prefix + path
+        return f"{target}?{query}" if query else target
 
-    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
-        total = seconds or self.request_timeout
-        t = self._timeouts.get(total)
-        if t is None:
-            t = self._timeouts[total] = aiohttp.ClientTimeout(total=total)
-        return t
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
+        """The full URL (for aiohttp), built from encoded parts so it is not parsed again."""
+        target = self._target(path, params)
+        path_part, _, query = target.partition("?")
+        return URL.build(scheme=self._scheme, authority=self._authority, path=path_part, query_string=query, encoded=True)
+
+    def _http1(self) -> http1.Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            # (a client used again under another event loop gets a new pool)
+            self._pool_loop = loop
+            self._pool = http1.Pool(
+                ssl=ctx if isinstance(ctx := self.config.ssl_context(), ssl.SSLContext) else None,
+                connect_timeout=15.0,
+                idle_timeout=60.0,
+                max_idle_per_host=self._max_connections,
+            )
+            self._slots = asyncio.Semaphore(self._max_connections)
+        return self._pool
 
     async def request(
         self,
@@ -253,25 +275,31 @@ class Client:
     ) -> Any:
         """One API request; the decoded JSON answer (None for an empty one, or
         when ``decode`` is false: a caller that does not read the answer saves
-        decoding it). Errors raise :class:`ApiError` whatever ``decode`` says."""
-        url = self._url(path, params)
-        data = None
+        decoding it). Errors raise :class:`ApiError` whatever ``decode`` says.
+
+        Requests go through a lean keep-alive HTTP/1.1 pool (:mod:`.http1`,
+        at most ``max_connections`` in flight); watches, which stream for
+        minutes, through aiohttp."""
+        target = self._target(path, params)
+        data = b""
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
             content_type = content_type or "application/json"
-        headers = await self._headers(content_type)
+        headers = await self._raw_headers(content_type)
+        pool = self._http1()
         self.counts[method] += 1
         t0 = time.monotonic()
         status = 0
         try:
-            async with self._sess().request(method, url, data=data, headers=headers, timeout=self._timeout(timeout)) as resp:
-                status = resp.status
-                raw = await resp.read()
-                if status >= 400:
-                    retry_after = resp.headers.get("Retry-After")
-                    raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
-                return _loads(raw) if raw and decode else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            async with self._slots, asyncio.timeout(timeout or self.request_timeout):
+                async with await pool.request(method, self._authority, target, headers, data) as resp:
+                    status = resp.status
+                    raw = await resp.read()
+            if status >= 400:
+                retry_after = resp.header(b"retry-after")
+                raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
+            return _loads(raw) if raw and decode else None
+        except (TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
         finally:
             dt = time.monotonic() - t0
@@ -536,6 +564,12 @@ def resource_of(path: str) -> str:
     if not rest:
         return ""
     return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
+
+def _encode_headers(h: Mapping[str, str], authority: str) -> list[tuple[bytes, bytes]]:
+    out = [(b"Host", authority.encode("latin-1"))]
+    out += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in h.items()]
+    return out
 
 
 def _param(v: Any) -> str:

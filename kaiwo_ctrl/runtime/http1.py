@@ -23,13 +23,18 @@ copied that the caller does not ask for.
   :class:`TransportError`, an ``OSError``. ``read_timeout`` (optional) bounds
   each wait for the server's next bytes and raises ``TimeoutError``.
 
+TLS: give the pool an ``ssl`` context (the API client does; the proxy's
+upstream hop to model servers is plain HTTP). The name checked against the
+server's certificate is the authority's host.
+
 Not supported (not needed by its users): HEAD requests, 1xx interim answers,
-upgrades, TLS, proxies, pipelining.
+upgrades, proxies, pipelining.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 from collections.abc import AsyncIterator, Iterable
 
 import httptools
@@ -304,8 +309,9 @@ class Pool:
 
     def __init__(
         self, *, connect_timeout: float | None = 5.0, read_timeout: float | None = None, idle_timeout: float = 60.0,
-        max_idle_per_host: int = 256, buffer_limit: int = BUFFER_LIMIT,
+        max_idle_per_host: int = 256, buffer_limit: int = BUFFER_LIMIT, ssl: ssl_module.SSLContext | None = None,
     ) -> None:
+        self.ssl = ssl
         self.connect_timeout, self.read_timeout, self.idle_timeout = connect_timeout, read_timeout, idle_timeout
         self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
         self._hosts: dict[str, _Host] = {}
@@ -374,7 +380,9 @@ class Pool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(lambda: _Conn(self, key), h.host, h.port)
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(self, key), h.host, h.port, ssl=self.ssl, server_hostname=h.host if self.ssl else None
+                )
         except TimeoutError as e:
             raise ConnectError(f"no connection to {key} within {self.connect_timeout}s") from e
         except OSError as e:

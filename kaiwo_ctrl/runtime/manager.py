@@ -28,7 +28,8 @@ from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.events import EventRecorder
 from kaiwo_ctrl.runtime.leaderelection import LeaderElector
 from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.runtime.supervise import crash_looping
+from kaiwo_ctrl.runtime import heap
+from kaiwo_ctrl.runtime.supervise import crash_looping, supervise
 
 log = logging.getLogger("kaiwo_ctrl.runtime.manager")
 
@@ -89,6 +90,9 @@ class Manager:
     * ``stall_threshold`` (600 s): a synced informer whose watch has been silent
       for longer makes ``/readyz`` fail (bookmarks arrive about once a minute).
     * ``component`` ("kaiwo-ctrl"): the Event source name.
+    * ``settle_heap_every`` (600 s): after the caches sync, and then at this
+      interval, the heap's survivors are frozen out of the cyclic garbage
+      collector's passes (:mod:`.heap`); 0 leaves the collector as Python sets it.
     """
 
     client: Client
@@ -100,6 +104,7 @@ class Manager:
     cache_sync_timeout: float = 120.0
     stall_threshold: float = 600.0
     component: str = "kaiwo-ctrl"
+    settle_heap_every: float = 600.0
     #: Secure metrics (runtime/metricsauth.py): a MetricsAuth whose ``guard``
     #: wraps the /metrics handler, and the TLS context of the metrics server.
     metrics_auth: Any = None
@@ -251,8 +256,13 @@ class Manager:
         await self._start_http()
         lost = False
         try:
+            if self.settle_heap_every:
+                heap.tune()
             await self.start_cache()
             log.info("caches synced", extra={"informers": self.cache.stats()})
+            if self.settle_heap_every:
+                heap.settle()
+                self._tasks.append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
             if self.leader_election:
                 le = self.leader_election
                 self.elector = LeaderElector(

@@ -11,6 +11,7 @@ Modules:
 * :mod:`.defaults` - default ClusterQueue/Topology and the merge into a queue config.
 * :mod:`.kueue` - queue-config spec -> desired Kueue objects, v1beta1 -> v1beta2 translation.
 * :mod:`.validate` - bad-input checks naming the offending item.
+* :mod:`.owned` - the fields kaiwo-ctrl owns on a Kueue object: normalised comparison and merge.
 * :mod:`.plan` - diff desired vs existing Kueue objects into creates/updates/deletes.
 * :mod:`.localqueue` - the LocalQueue helper shared by the workload reconcilers.
 * :mod:`.status` - desired KaiwoQueueConfig status.

@@ -17,6 +17,9 @@ Modules:
 * :mod:`.status` - desired KaiwoQueueConfig status.
 * :mod:`.events` - event reasons/messages for sync writes.
 
+The reconciler itself (:mod:`.controller`) performs the writes: :mod:`.writes`
+carries out a plan and waits for the caches, :mod:`.watch` holds its predicates.
+
 Reconcile outline using these pieces::
 
     result = ensure_default_queue_config(queue_config_or_None, nodes, kaiwo_config)

@@ -13,6 +13,10 @@ Writes come in four shapes: create, replace (PUT with resourceVersion, 409 on
 a stale read), patch (merge / JSON / strategic) and server-side apply with a
 field manager. Status has its own subresource calls. :func:`retry_on_conflict`
 re-reads and retries a read-modify-write on 409.
+
+:class:`Resource` and :class:`ApiError` live in :mod:`kaiwo_ctrl.runtime.apitypes` (and are
+imported from here too); the wire format (query parameters, JSON bodies, watch-stream
+lines) in :mod:`kaiwo_ctrl.runtime.wire`.
 """
 
 from __future__ import annotations
@@ -23,107 +27,20 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
 
+from kaiwo_ctrl.runtime.apitypes import ApiError, Resource  # re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
+from kaiwo_ctrl.runtime.wire import PATCH_TYPES, loads, param, split_lines, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
 T = TypeVar("T")
-
-PATCH_TYPES = {
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    "apply": "application/apply-patch+yaml",
-}
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API: group/version/plural, its kind and scope."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def group_kind(self) -> str:
-        return f"{self.kind}.{self.group}" if self.group else self.kind
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-    def key(self, obj: Mapping[str, Any]) -> str:
-        meta = obj.get("metadata", {})
-        ns = meta.get("namespace")
-        return f"{ns}/{meta['name']}" if self.namespaced and ns else meta["name"]
-
-    def __str__(self) -> str:
-        return f"{self.plural}.{self.group or 'core'}/{self.version}"
-
-
-class ApiError(Exception):
-    """An error status from the API server (or a transport failure, status 0)."""
-
-    def __init__(self, status: int, body: Any = None, method: str = "", path: str = "", retry_after: float | None = None):
-        self.status = status
-        self.body = body if isinstance(body, dict) else {}
-        self.reason = self.body.get("reason", "") if self.body else ""
-        self.message = self.body.get("message", "") if self.body else (str(body) if body else "")
-        self.method = method
-        self.path = path
-        self.retry_after = retry_after
-        super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}".strip())
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409 and self.reason != "AlreadyExists"
-
-    @property
-    def already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def invalid(self) -> bool:
-        return self.status == 422
-
-    @property
-    def forbidden(self) -> bool:
-        return self.status == 403
-
-    @property
-    def retriable(self) -> bool:
-        return self.status in (0, 429, 500, 502, 503, 504) or self.conflict
-
 
 RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
 
@@ -221,7 +138,7 @@ class Client:
     ) -> Any:
         url = self.config.host + path
         if params:
-            url += "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+            url += "?" + urlencode({k: param(v) for k, v in params.items() if v is not None})
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -238,8 +155,8 @@ class Client:
                 raw = await resp.read()
                 if status >= 400:
                     retry_after = resp.headers.get("Retry-After")
-                    raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
-                return _loads(raw) if raw else None
+                    raise ApiError(status, loads(raw), method, path, float(retry_after) if retry_after else None)
+                return loads(raw) if raw else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
         finally:
@@ -320,14 +237,14 @@ class Client:
 
     async def create(self, res: Resource, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
         ns = namespace or obj.get("metadata", {}).get("namespace")
-        return await self.request("POST", res.path(ns), body=_with_type(res, obj), params={"fieldManager": self.field_manager})
+        return await self.request("POST", res.path(ns), body=with_type(res, obj), params={"fieldManager": self.field_manager})
 
     async def replace(self, res: Resource, obj: Mapping[str, Any], subresource: str | None = None) -> dict:
         meta = obj["metadata"]
         return await self.request(
             "PUT",
             res.path(meta.get("namespace"), meta["name"], subresource),
-            body=_with_type(res, obj),
+            body=with_type(res, obj),
             params={"fieldManager": self.field_manager},
         )
 
@@ -374,7 +291,7 @@ class Client:
         return await self.patch(
             res,
             meta["name"],
-            _with_type(res, obj),
+            with_type(res, obj),
             meta.get("namespace") if res.namespaced else None,
             patch_type="apply",
             subresource=subresource,
@@ -444,7 +361,7 @@ class Client:
             "fieldSelector": field_selector,
         }
         path = res.path(namespace)
-        url = self.config.host + path + "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
+        url = self.config.host + path + "?" + urlencode({k: param(v) for k, v in params.items() if v is not None})
         headers = await self._headers(None)
         self.counts["WATCH"] += 1
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)
@@ -453,7 +370,7 @@ class Client:
                 for hook in self.hooks:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
-                    raise ApiError(resp.status, _loads(await resp.read()), "WATCH", path)
+                    raise ApiError(resp.status, loads(await resp.read()), "WATCH", path)
                 async for line in split_lines(resp.content.iter_any()):
                     yield orjson.loads(line)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -461,66 +378,6 @@ class Client:
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")
-
-
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Non-blank lines of a byte stream, in time linear in its length.
-
-    Each byte is scanned for the newline once (a long line arriving in many
-    chunks is not rescanned from its start) and copied out once; consumed
-    lines are cut off the buffer once per chunk, not once per line.
-    """
-    buf = bytearray()
-    for_scan = 0
-    async for chunk in chunks:
-        buf += chunk
-        start = 0
-        while True:
-            i = buf.find(b"\n", for_scan)
-            if i < 0:
-                break
-            line = bytes(buf[start:i])
-            start = for_scan = i + 1
-            if line.strip():
-                yield line
-        if start:
-            del buf[:start]
-        for_scan = len(buf)
-    # an unterminated tail is a cut-off event: the caller resumes the watch
-
-
-def resource_of(path: str) -> str:
-    """``/apis/g/v/namespaces/ns/jobs/x/status`` -> ``jobs/status``; ``/api/v1/nodes`` -> ``nodes``."""
-    parts = [p for p in path.split("?", 1)[0].split("/") if p]
-    if not parts:
-        return ""
-    rest = parts[2:] if parts[0] == "api" else parts[3:]
-    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
-    if not rest:
-        return ""
-    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
-
-
-def _param(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _loads(raw: bytes) -> Any:
-    if not raw:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"message": raw[:2000].decode(errors="replace")}
-
-
-def _with_type(res: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    if obj.get("apiVersion") and obj.get("kind"):
-        return obj
-    return {"apiVersion": res.api_version, "kind": res.kind, **obj}
 
 
 async def retry_on_conflict(

@@ -22,6 +22,7 @@ one-line reason; a module, into :data:`ALLOWED_MODULES`.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "kaiwo_ctrl"
@@ -33,7 +34,9 @@ FUNCTION_LIMIT = 60
 ALLOWED_FUNCTIONS: dict[str, str] = {}
 
 #: ``"path/relative/to/kaiwo_ctrl.py"`` -> why it may be longer.
-ALLOWED_MODULES: dict[str, str] = {}
+ALLOWED_MODULES: dict[str, str] = {
+    "runtime/informer.py": "under rework by the start-up work (informer/store) on another branch; split it there",
+}
 
 _TABLES = (ast.Dict, ast.List, ast.Tuple, ast.Set)
 
@@ -68,53 +71,54 @@ def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
-def _measure() -> tuple[list[str], list[str]]:
-    long_modules, long_functions = [], []
+@functools.cache
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """Module sizes by path and function sizes by ``path::qualified.name`` (parsed once)."""
+    modules, functions = {}, {}
     for path in _modules():
         rel = path.relative_to(PACKAGE).as_posix()
         source = path.read_text()
         tree = ast.parse(source, filename=str(path))
-        size = len(source.splitlines()) - _table_lines(tree)
-        if size > MODULE_LIMIT and rel not in ALLOWED_MODULES:
-            long_modules.append(f"{rel}: {size} lines (limit {MODULE_LIMIT})")
-        for name, span in _functions(tree):
-            if span > FUNCTION_LIMIT and f"{rel}::{name}" not in ALLOWED_FUNCTIONS:
-                long_functions.append(f"{rel}::{name}: {span} lines (limit {FUNCTION_LIMIT})")
-    return long_modules, long_functions
+        modules[rel] = len(source.splitlines()) - _table_lines(tree)
+        functions.update({f"{rel}::{name}": span for name, span in _functions(tree)})
+    return modules, functions
 
 
 def test_the_walk_sees_the_whole_package():
-    rels = {p.relative_to(PACKAGE).as_posix() for p in _modules()}
+    rels = set(_sizes()[0])
     assert {"runtime/controller.py", "workloads/reconciler.py", "queues/plan.py", "cli.py"} <= rels
     assert len(rels) > 100
 
 
 def test_no_module_over_the_limit():
-    long_modules, _ = _measure()
+    modules, _ = _sizes()
+    long_modules = [
+        f"{rel}: {size} lines (limit {MODULE_LIMIT})"
+        for rel, size in modules.items()
+        if size > MODULE_LIMIT and rel not in ALLOWED_MODULES
+    ]
     assert not long_modules, "modules over the limit (split them by responsibility):\n" + "\n".join(long_modules)
 
 
 def test_no_function_over_the_limit():
-    _, long_functions = _measure()
+    _, functions = _sizes()
+    long_functions = [
+        f"{name}: {span} lines (limit {FUNCTION_LIMIT})"
+        for name, span in functions.items()
+        if span > FUNCTION_LIMIT and name not in ALLOWED_FUNCTIONS
+    ]
     assert not long_functions, "functions over the limit (extract well-named helpers):\n" + "\n".join(long_functions)
 
 
 def test_allow_lists_name_existing_code_and_say_why():
     """An allow-list entry needs a reason and must still be needed (no stale entries)."""
-    functions = {}
-    sizes = {}
-    for path in _modules():
-        rel = path.relative_to(PACKAGE).as_posix()
-        source = path.read_text()
-        tree = ast.parse(source)
-        sizes[rel] = len(source.splitlines()) - _table_lines(tree)
-        functions.update({f"{rel}::{name}": span for name, span in _functions(tree)})
+    modules, functions = _sizes()
     for entry, reason in ALLOWED_FUNCTIONS.items():
         assert reason.strip(), entry
         assert functions.get(entry, 0) > FUNCTION_LIMIT, f"{entry} is no longer over the limit: drop it from the list"
     for entry, reason in ALLOWED_MODULES.items():
         assert reason.strip(), entry
-        assert sizes.get(entry, 0) > MODULE_LIMIT, f"{entry} is no longer over the limit: drop it from the list"
+        assert modules.get(entry, 0) > MODULE_LIMIT, f"{entry} is no longer over the limit: drop it from the list"
 
 
 def test_the_measure_counts_bodies_and_exempts_tables():

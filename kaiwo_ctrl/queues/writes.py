@@ -158,10 +158,8 @@ class KueueWriter:
         except ApiError as e:
             self._fail(queue_config, "Delete", obj, e, failures)
             return False
-        self.stats.count_kueue("delete", kind)
-        self._event(queue_config, "Delete", obj)
-        expectations.append(Expect(self.informers[kind], name, ns, gone_or_replaced(objpath.uid(obj))))
-        return True
+        gone = Expect(self.informers[kind], name, ns, gone_or_replaced(objpath.uid(obj)))
+        return self._written(queue_config, "Delete", obj, gone, expectations)
 
     async def _create(
         self, queue_config: dict, obj: Mapping[str, Any], blocked_reason: str, failures: dict, expectations: list[Expect]
@@ -177,10 +175,7 @@ class KueueWriter:
                 return False
             self._fail(queue_config, "Create", obj, e, failures)
             return False
-        self.stats.count_kueue("create", kind)
-        self._event(queue_config, "Create", obj)
-        expectations.append(expect_version(self.informers[kind], out))
-        return True
+        return self._written(queue_config, "Create", obj, expect_version(self.informers[kind], out), expectations)
 
     async def _update(self, queue_config: dict, obj: Mapping[str, Any], failures: dict, expectations: list[Expect]) -> bool:
         kind, _, _ = object_key(obj)
@@ -189,9 +184,15 @@ class KueueWriter:
         except ApiError as e:
             self._fail(queue_config, "Update", obj, e, failures)
             return False
-        self.stats.count_kueue("update", kind)
-        self._event(queue_config, "Update", obj)
-        expectations.append(expect_version(self.informers[kind], out))
+        return self._written(queue_config, "Update", obj, expect_version(self.informers[kind], out), expectations)
+
+    def _written(
+        self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], expect: Expect, expectations: list[Expect]
+    ) -> bool:
+        """Count and record a successful write; the next pass waits for ``expect``."""
+        self.stats.count_kueue(action.lower(), object_key(obj)[0])
+        self._event(queue_config, action, obj)
+        expectations.append(expect)
         return True
 
     def _event(self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], error: Any = None) -> None:

@@ -90,23 +90,17 @@ def test_the_walk_sees_the_whole_package():
     assert len(rels) > 100
 
 
+def _over(sizes: dict[str, int], limit: int, allowed: dict[str, str]) -> list[str]:
+    return [f"{name}: {size} lines (limit {limit})" for name, size in sizes.items() if size > limit and name not in allowed]
+
+
 def test_no_module_over_the_limit():
-    modules, _ = _sizes()
-    long_modules = [
-        f"{rel}: {size} lines (limit {MODULE_LIMIT})"
-        for rel, size in modules.items()
-        if size > MODULE_LIMIT and rel not in ALLOWED_MODULES
-    ]
+    long_modules = _over(_sizes()[0], MODULE_LIMIT, ALLOWED_MODULES)
     assert not long_modules, "modules over the limit (split them by responsibility):\n" + "\n".join(long_modules)
 
 
 def test_no_function_over_the_limit():
-    _, functions = _sizes()
-    long_functions = [
-        f"{name}: {span} lines (limit {FUNCTION_LIMIT})"
-        for name, span in functions.items()
-        if span > FUNCTION_LIMIT and name not in ALLOWED_FUNCTIONS
-    ]
+    long_functions = _over(_sizes()[1], FUNCTION_LIMIT, ALLOWED_FUNCTIONS)
     assert not long_functions, "functions over the limit (extract well-named helpers):\n" + "\n".join(long_functions)
 
 

@@ -33,7 +33,8 @@ import pytest
 import yaml
 
 from e2e.simcluster import start_sim_plane
-from kaiwo_ctrl.local.controlplane import _b64, free_port
+from kaiwo_ctrl.local.controlplane import free_port
+from kaiwo_ctrl.local.pki import b64
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -145,7 +146,7 @@ def service_account_kubeconfig(plane, admin, namespace: str, name: str, path: Pa
         "clusters": [
             {
                 "name": "sim",
-                "cluster": {"server": plane.url, "certificate-authority-data": _b64((plane.certs / "serving-ca.crt").read_bytes())},
+                "cluster": {"server": plane.url, "certificate-authority-data": b64((plane.certs / "serving-ca.crt").read_bytes())},
             }
         ],
         "users": [{"name": name, "user": {"token": token}}],

@@ -34,7 +34,28 @@ def _add_metrics_security(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kaiwo-ctrl", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add_run_command(sub)
+    _add_proxy_command(sub)
+    _add_local_command(sub)
 
+    render = sub.add_parser("render", help="print the children the operator would create, without a cluster")
+    render.add_argument("file", type=Path)
+    render.add_argument("--nodes", type=Path, default=None, help="YAML with Node objects (GPU node pools)")
+    render.add_argument("--config", type=Path, default=None, help="YAML with a KaiwoConfig")
+    render.add_argument("--model-config", type=Path, default=None, help="KubeAI-style system config for Models (default: built-in)")
+
+    sub.add_parser("adapter-loader", help="the LoRA adapter sidecar of Model server Pods", add_help=False)
+    dl = sub.add_parser("download", help="the download Job's program", add_help=False)
+    dl.add_argument("rest", nargs=argparse.REMAINDER)
+
+    gen = sub.add_parser("gen", help="generators")
+    gsub = gen.add_subparsers(dest="gen_cmd", required=True)
+    crds = gsub.add_parser("crds", help="write config/crd/bases from the typed API")
+    crds.add_argument("--check", action="store_true")
+    return p
+
+
+def _add_run_command(sub: Any) -> None:
     run = sub.add_parser("run", help="run the operator (out of cluster with a kubeconfig, or in cluster)")
     run.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     run.add_argument("--leader-elect", action="store_true", default=_env_bool("LEADER_ELECT", False))
@@ -66,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_proxy_arguments(run)
     add_autoscaler_arguments(run)
 
+
+def _add_proxy_command(sub: Any) -> None:
+    from kaiwo_ctrl.serving.command import add_proxy_arguments
+
     proxy = sub.add_parser("proxy", help="serve only the OpenAI-compatible proxy, without the controllers")
     proxy.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     proxy.add_argument("--metrics-bind-address", default=os.environ.get("METRICS_BIND_ADDRESS", ":8080"), help="'0' disables")
@@ -75,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_metrics_security(proxy)
     add_proxy_arguments(proxy)
 
+
+def _add_local_command(sub: Any) -> None:
     local = sub.add_parser("local", help="a local control plane (etcd + kube-apiserver + CRDs)")
     lsub = local.add_subparsers(dest="local_cmd", required=True)
     up = lsub.add_parser("up", help="start it and return; processes keep running")
@@ -83,22 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     down = lsub.add_parser("down", help="stop it and remove its directory")
     down.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
     down.add_argument("--keep", action="store_true", help="keep the directory (logs)")
-
-    render = sub.add_parser("render", help="print the children the operator would create, without a cluster")
-    render.add_argument("file", type=Path)
-    render.add_argument("--nodes", type=Path, default=None, help="YAML with Node objects (GPU node pools)")
-    render.add_argument("--config", type=Path, default=None, help="YAML with a KaiwoConfig")
-    render.add_argument("--model-config", type=Path, default=None, help="KubeAI-style system config for Models (default: built-in)")
-
-    sub.add_parser("adapter-loader", help="the LoRA adapter sidecar of Model server Pods", add_help=False)
-    dl = sub.add_parser("download", help="the download Job's program", add_help=False)
-    dl.add_argument("rest", nargs=argparse.REMAINDER)
-
-    gen = sub.add_parser("gen", help="generators")
-    gsub = gen.add_subparsers(dest="gen_cmd", required=True)
-    crds = gsub.add_parser("crds", help="write config/crd/bases from the typed API")
-    crds.add_argument("--check", action="store_true")
-    return p
 
 
 def _webhook_args(run: argparse.ArgumentParser) -> None:
@@ -235,7 +246,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     from kaiwo_ctrl.operator import build_operator
     from kaiwo_ctrl.runtime.client import Client
     from kaiwo_ctrl.runtime.leaderelection import LeaseNamespaceMissing
-    from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, LeadershipLost, Manager
+    from kaiwo_ctrl.runtime.manager import LeadershipLost
     from kaiwo_ctrl.runtime.tracing import setup_tracing
 
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
@@ -247,24 +258,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         print(str(e), file=sys.stderr)
         return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
-    le = None
-    if getattr(args, "leader_elect", False):
-        ns = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
-        le = LeaderElectionConfig(name=args.leader_election_id, namespace=ns)
-    mgr = Manager(
-        client,
-        metrics_addr=args.metrics_bind_address,
-        health_addr=args.health_probe_bind_address,
-        leader_election=le,
-    )
-    if getattr(args, "metrics_secure", False):
-        from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
-
-        cert_dir = args.metrics_cert_dir
-        mgr.metrics_auth = MetricsAuth(client)
-        mgr.metrics_ssl = server_ssl_context(
-            f"{cert_dir}/tls.crt" if cert_dir else None, f"{cert_dir}/tls.key" if cert_dir else None
-        )
+    mgr = _new_manager(args, client)
     from kaiwo_ctrl.serving.command import run_with_manager, setup_serving
 
     webhooks = None
@@ -281,20 +275,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
     proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = {"n": 0}
-
-    def on_signal() -> None:
-        signals["n"] += 1
-        if signals["n"] > 1:
-            log.warning("second signal, exiting now")
-            os._exit(1)
-        log.info("shutting down")
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    stop = _stop_on_signals(log)
     if webhooks is not None:
         await webhooks.start()
     try:
@@ -313,6 +294,50 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         if webhooks is not None:
             await webhooks.stop()
     return 0
+
+
+def _new_manager(args: argparse.Namespace, client: Any) -> Any:
+    """The Manager of ``run``/``proxy``: leader election and secure metrics as the flags ask."""
+    from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, Manager
+
+    le = None
+    if getattr(args, "leader_elect", False):
+        ns = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
+        le = LeaderElectionConfig(name=args.leader_election_id, namespace=ns)
+    mgr = Manager(
+        client,
+        metrics_addr=args.metrics_bind_address,
+        health_addr=args.health_probe_bind_address,
+        leader_election=le,
+    )
+    if getattr(args, "metrics_secure", False):
+        from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
+
+        cert_dir = args.metrics_cert_dir
+        mgr.metrics_auth = MetricsAuth(client)
+        mgr.metrics_ssl = server_ssl_context(
+            f"{cert_dir}/tls.crt" if cert_dir else None, f"{cert_dir}/tls.key" if cert_dir else None
+        )
+    return mgr
+
+
+def _stop_on_signals(log: Any) -> asyncio.Event:
+    """An event SIGTERM/SIGINT sets; a second signal exits at once."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = {"n": 0}
+
+    def on_signal() -> None:
+        signals["n"] += 1
+        if signals["n"] > 1:
+            log.warning("second signal, exiting now")
+            os._exit(1)
+        log.info("shutting down")
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return stop
 
 
 def _pod_namespace() -> str | None:

@@ -28,8 +28,8 @@ from api.kaiwo.download import GitDownloadItem
 
 from .config import secret_file_path, url_credentials
 from .objectstore import Context
+from .placement import PARTIAL_MARKER, safe_join
 from .transfer import (
-    PARTIAL_MARKER,
     AuthError,
     ConfigError,
     DownloadError,
@@ -37,7 +37,6 @@ from .transfer import (
     Task,
     TransientError,
     rate_fields,
-    safe_join,
     with_retries,
 )
 

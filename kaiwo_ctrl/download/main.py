@@ -22,7 +22,7 @@ from .config import (
     url_credentials,
 )
 from .objectstore import Context
-from .transfer import ConfigError, DownloadError, EventLog, ExitCode, RetryPolicy, Runner, Task
+from .transfer import ConfigError, DownloadError, EventLog, ExitCode, RetryPolicy, Runner, RunResult, Task
 
 
 class _ArgError(Exception):
@@ -123,20 +123,7 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
     cfg = DownloadConfig.from_file(config_path)
     data_dir = Path(args.data_dir or cfg.download_root or DEFAULT_DATA_DIR)
     hf_dir = Path(args.hf_dir or cfg.hf_home or os.environ.get("HF_HOME") or DEFAULT_HF_DIR)
-
-    # Read every mounted secret once, up front: a missing mount fails before any
-    # transfer starts, and each value is scrubbed from all later log output.
-    for label, ref in cfg.value_references():
-        for fragment in secret_fragments(read_secret(ref, label)):
-            log.add_secret(fragment)
-    # Credentials written into URLs (git repository, S3 endpointUrl) too.
-    for url in [s.endpoint_url for s in cfg.s3 or []] + [g.repository for g in cfg.git or []]:
-        for fragment in url_credentials(url):
-            log.add_secret(fragment)
-    for env_name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if os.environ.get(env_name):
-            log.add_secret(os.environ[env_name])
-
+    _register_secrets(cfg, log)
     ctx = Context(
         data_dir=data_dir,
         hf_dir=hf_dir,
@@ -160,7 +147,27 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
     if cfg.is_empty():
         log.info("done", tasks=0, seconds=round(time.monotonic() - started, 3))
         return int(ExitCode.OK)
+    result = _run_sources(cfg, ctx, log, args.parallel)
+    return _report(result, log, round(time.monotonic() - started, 3))
 
+
+def _register_secrets(cfg: DownloadConfig, log: EventLog) -> None:
+    """Read every mounted secret once, up front: a missing mount fails before any
+    transfer starts, and each value is scrubbed from all later log output."""
+    for label, ref in cfg.value_references():
+        for fragment in secret_fragments(read_secret(ref, label)):
+            log.add_secret(fragment)
+    # Credentials written into URLs (git repository, S3 endpointUrl) too.
+    for url in [s.endpoint_url for s in cfg.s3 or []] + [g.repository for g in cfg.git or []]:
+        for fragment in url_credentials(url):
+            log.add_secret(fragment)
+    for env_name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if os.environ.get(env_name):
+            log.add_secret(os.environ[env_name])
+
+
+def _run_sources(cfg: DownloadConfig, ctx: Context, log: EventLog, parallel: int) -> RunResult:
+    """Plan every source's items and run the tasks; the sources' clients are closed after."""
     closers: list = []
     tasks: list[Task] = []
     try:
@@ -173,14 +180,17 @@ def run(config_path: str, args: argparse.Namespace, log: EventLog) -> int:
         ):
             if items:
                 tasks.extend(_plan(source, items, ctx, closers))
-        result = Runner(log, args.parallel).run(tasks)
+        return Runner(log, parallel).run(tasks)
     finally:
         for close in closers:
             try:
                 close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
-    seconds = round(time.monotonic() - started, 3)
+
+
+def _report(result: RunResult, log: EventLog, seconds: float) -> int:
+    """Log the outcome of the run and return the process exit code."""
     if result.failures:
         first = result.failures[0]
         log.error(

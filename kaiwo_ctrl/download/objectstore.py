@@ -19,6 +19,7 @@ from typing import Protocol
 
 from api.kaiwo.download import CloudDownloadBucket
 
+from .placement import already_present, atomic_destination, safe_join
 from .transfer import (
     DownloadError,
     EventLog,
@@ -26,10 +27,7 @@ from .transfer import (
     ProgressMeter,
     RetryPolicy,
     Task,
-    already_present,
-    atomic_destination,
     rate_fields,
-    safe_join,
     with_retries,
 )
 

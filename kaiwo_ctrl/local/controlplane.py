@@ -13,7 +13,7 @@ the job/deployment/GC controllers, the scheduler, kwok and the real Kueue
 controller manager run too, so Kueue admits workloads whose Jobs create Pods
 that are scheduled onto kwok-simulated Nodes and finish.
 
-Its PKI (:class:`kaiwo_ctrl.runtime.certs.TinyCA`) has three independent CAs,
+Its PKI (:mod:`kaiwo_ctrl.local.pki`, built on :class:`kaiwo_ctrl.runtime.certs.TinyCA`) has three independent CAs,
 as a real cluster has: one signs the apiserver's serving certificate, one
 signs client certificates (user = CN, groups = O), and one key pair signs
 service-account tokens; all valid for a week (development and tests only).
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -34,17 +33,14 @@ from pathlib import Path
 import httpx
 import yaml
 
-from kaiwo_ctrl.runtime.certs import TinyCA
+from .components import component_args
+from .pki import client_ca, write_kubeconfig, write_pki
+from .process import STOP_TIMEOUT, ControlPlaneError, Process, free_port, pid_alive, terminate, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = float(os.environ.get("KAIWO_CTRL_START_TIMEOUT", "90"))
-STOP_TIMEOUT = 20.0
 #: What ``local up --simulate`` runs besides etcd and kube-apiserver, in start order.
 SIMULATE_COMPONENTS = ("controller-manager", "scheduler", "kwok", "kueue")
-
-
-class ControlPlaneError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -93,103 +89,6 @@ def locate_assets(build: bool = True) -> Assets:
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(predicate, timeout: float, what: str, proc: "Process | None" = None) -> None:
-    deadline = time.monotonic() + timeout
-    last_err: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.popen is not None and proc.popen.poll() is not None:
-            raise ControlPlaneError(f"{proc.name} exited with {proc.popen.returncode}; log tail:\n{proc.log_tail()}")
-        try:
-            if predicate():
-                return
-        except Exception as exc:  # noqa: BLE001 - polled until timeout
-            last_err = exc
-        time.sleep(0.1)
-    tail = proc.log_tail() if proc else ""
-    raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}: {last_err}\n{tail}")
-
-
-@dataclass
-class Process:
-    name: str
-    args: list[str]
-    log: Path
-    popen: subprocess.Popen | None = None
-    pid: int | None = None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.log, "ab")  # noqa: SIM115 - handed to the child
-        self.popen = subprocess.Popen(
-            self.args,
-            stdin=subprocess.DEVNULL,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        fh.close()
-        self.pid = self.popen.pid
-
-    def alive(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> None:
-        if self.pid is None:
-            return
-        _terminate(self.pid, sig, timeout, self.popen)
-        self.popen = None
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie we are not the parent of still answers kill(0); check /proc
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _terminate(pid: int, sig: int, timeout: float, popen: subprocess.Popen | None = None) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if popen is not None:
-            if popen.poll() is not None:
-                return
-        elif not _pid_alive(pid):
-            return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    if popen is not None:
-        popen.wait(timeout=10)
-
-
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver (+ optional controllers) in ``directory``."""
@@ -226,11 +125,11 @@ class ControlPlane:
         self.etcd_port = self.etcd_port or free_port()
         self.etcd_peer_port = self.etcd_peer_port or free_port()
         self.api_port = self.api_port or free_port()
-        self._write_pki()
+        write_pki(self.certs)
         try:
             self.start_etcd()
             self.start_apiserver()
-            self._write_kubeconfig(self.kubeconfig, "admin", ("system:masters",))
+            write_kubeconfig(self.kubeconfig, self.certs, self.url, "admin", ("system:masters",))
             self._wait_default_namespace()
             if install_crds:
                 self.install_crds(self.crd_files() if crd_files is None else crd_files)
@@ -241,31 +140,6 @@ class ControlPlane:
             raise
         self.save_state()
         return self
-
-    def _write_pki(self) -> None:
-        self.certs.mkdir(parents=True, exist_ok=True)
-        if (self.certs / "client-ca.crt").exists():
-            return  # reuse on restart so existing kubeconfigs stay valid
-        serving_ca, client_ca, sa = TinyCA("serving-ca"), TinyCA("client-ca"), TinyCA("sa-signer")
-        serving_ca.pair.write(self.certs / "serving-ca.crt", self.certs / "serving-ca.key")
-        client_ca.pair.write(self.certs / "client-ca.crt", self.certs / "client-ca.key")
-        sa.pair.write(self.certs / "sa-signer.crt", self.certs / "sa-signer.key")
-        serving_ca.issue("localhost", server=True, dns=("localhost",), ips=("127.0.0.1",)).write(
-            self.certs / "apiserver.crt", self.certs / "apiserver.key"
-        )
-
-    def _client_ca(self) -> TinyCA:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import serialization
-
-        ca = TinyCA.__new__(TinyCA)
-        from kaiwo_ctrl.runtime.certs import CertPair
-
-        ca.pair = CertPair(
-            x509.load_pem_x509_certificate((self.certs / "client-ca.crt").read_bytes()),
-            serialization.load_pem_private_key((self.certs / "client-ca.key").read_bytes(), None),  # type: ignore[arg-type]
-        )
-        return ca
 
     def start_etcd(self) -> None:
         data = self.directory / "etcd-data"
@@ -289,7 +163,7 @@ class ControlPlane:
         )
         p.start()
         self.processes["etcd"] = p
-        _wait(lambda: httpx.get(f"{client}/health", timeout=2).status_code == 200, START_TIMEOUT, "etcd /health", p)
+        wait_until(lambda: httpx.get(f"{client}/health", timeout=2).status_code == 200, START_TIMEOUT, "etcd /health", p)
 
     def apiserver_args(self) -> list[str]:
         c = self.certs
@@ -326,7 +200,7 @@ class ControlPlane:
         import ssl
 
         verify = ssl.create_default_context(cafile=str(self.certs / "serving-ca.crt"))
-        _wait(
+        wait_until(
             lambda: httpx.get(f"{self.url}/readyz", verify=verify, timeout=2).status_code == 200,
             START_TIMEOUT,
             "kube-apiserver /readyz",
@@ -339,39 +213,9 @@ class ControlPlane:
             p.stop(sig)
 
     # ----------------------------------------------------- users and access
-    def _write_kubeconfig(self, path: Path, user: str, groups: tuple[str, ...]) -> Path:
-        pair = self._client_ca().issue(user, groups)
-        cfg = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "kaiwo-local",
-                    "cluster": {
-                        "server": self.url,
-                        "certificate-authority-data": _b64((self.certs / "serving-ca.crt").read_bytes()),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": _b64(pair.cert_pem),
-                        "client-key-data": _b64(pair.key_pem),
-                    },
-                }
-            ],
-            "contexts": [{"name": "kaiwo-local", "context": {"cluster": "kaiwo-local", "user": user}}],
-            "current-context": "kaiwo-local",
-        }
-        path.write_text(yaml.safe_dump(cfg))
-        path.chmod(0o600)
-        return path
-
     def add_user(self, name: str, groups: Iterable[str] = ()) -> Path:
         """Mint a client certificate for ``name`` and write a kubeconfig for it."""
-        return self._write_kubeconfig(self.directory / f"kubeconfig-{name}", name, tuple(groups))
+        return write_kubeconfig(self.directory / f"kubeconfig-{name}", self.certs, self.url, name, tuple(groups))
 
     def http(self) -> httpx.Client:
         """A synchronous admin client (set-up and test assertions)."""
@@ -384,12 +228,12 @@ class ControlPlane:
     def _admin_pair(self) -> tuple[str, str]:
         crt, key = self.certs / "admin.crt", self.certs / "admin.key"
         if not crt.exists():
-            self._client_ca().issue("admin", ("system:masters",)).write(crt, key)
+            client_ca(self.certs).issue("admin", ("system:masters",)).write(crt, key)
         return str(crt), str(key)
 
     def _wait_default_namespace(self) -> None:
         with self.http() as h:
-            _wait(lambda: h.get("/api/v1/namespaces/default").status_code == 200, 30, "default namespace")
+            wait_until(lambda: h.get("/api/v1/namespaces/default").status_code == 200, 30, "default namespace")
 
     # ------------------------------------------------------------------ CRDs
     def crd_files(self) -> list[Path]:
@@ -435,7 +279,7 @@ class ControlPlane:
             st = {c["type"]: c["status"] for c in conds.get("status", {}).get("conditions", [])}
             return st.get("Established") == "True" and st.get("NamesAccepted") == "True"
 
-        _wait(established, timeout, f"CRD {name} Established")
+        wait_until(established, timeout, f"CRD {name} Established")
         for v in crd["spec"]["versions"]:
             if not v.get("served", True):
                 continue
@@ -444,56 +288,16 @@ class ControlPlane:
                 r = h.get(f"/apis/{group}/{version}")
                 return r.status_code == 200 and any(res["name"] == plural for res in r.json().get("resources", []))
 
-            _wait(discoverable, timeout, f"discovery of {plural}.{group}/{v['name']}")
+            wait_until(discoverable, timeout, f"discovery of {plural}.{group}/{v['name']}")
 
     # ------------------------------------------------------------ components
     def start_component(self, name: str) -> None:
         kc = self.add_user(name.replace("-", ""), ("system:masters",))
-        logs = self.directory / "logs"
-        if name == "controller-manager":
-            port = free_port()
-            args = [
-                str(self.assets.binary("kube-controller-manager")),
-                f"--kubeconfig={kc}",
-                "--leader-elect=false",
-                "--controllers=job-controller,garbage-collector-controller,namespace-controller,"
-                "replicaset-controller,deployment-controller",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--kube-api-qps=500",
-                "--kube-api-burst=1000",
-                "--concurrent-job-syncs=10",
-            ]
-            p = Process(name, args, logs / f"{name}.log")
-        elif name == "scheduler":
-            # one scheduler, two profiles: the default one and ``kaiwo-scheduler``,
-            # the scheduler name the operator puts on the pods it generates
-            cfg_path = self.directory / "scheduler-config.yaml"
-            cfg_path.write_text(yaml.safe_dump(scheduler_config(str(kc))))
-            args = [
-                str(self.assets.binary("kube-scheduler")),
-                f"--config={cfg_path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-            ]
-            p = Process(name, args, logs / f"{name}.log")
-        elif name == "kwok":
-            if self.assets.kwok_stages is None:
-                raise ControlPlaneError("kwok stages missing; run ./hack/envtest/build.sh")
-            args = [
-                str(self.assets.binary("kwok")),
-                f"--kubeconfig={kc}",
-                f"--config={self.assets.kwok_stages}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--server-address=127.0.0.1:{free_port()}",
-            ]
-            p = Process(name, args, logs / f"{name}.log")
-        elif name == "kueue":
+        if name == "kueue":
             self._start_kueue(kc)
             return
-        else:
-            raise ControlPlaneError(f"unknown component {name!r}")
+        args = component_args(name, self.assets.binary, kc, self.directory, self.assets.kwok_stages)
+        p = Process(name, args, self.directory / "logs" / f"{name}.log")
         p.start()
         self.processes[name] = p
         time.sleep(0.2)
@@ -520,9 +324,9 @@ class ControlPlane:
         p.start()
         self.processes["kueue"] = p
         health = f"http://127.0.0.1:{ports.health}/readyz"
-        _wait(lambda: httpx.get(health, timeout=2).status_code == 200, START_TIMEOUT, "kueue /readyz", p)
+        wait_until(lambda: httpx.get(health, timeout=2).status_code == 200, START_TIMEOUT, "kueue /readyz", p)
         with self.http() as h:
-            _wait(lambda: kueue.webhooks_answer(h), START_TIMEOUT, "Kueue's webhooks to answer the apiserver", p)
+            wait_until(lambda: kueue.webhooks_answer(h), START_TIMEOUT, "Kueue's webhooks to answer the apiserver", p)
 
     # ------------------------------------------------------------ stop/state
     def stop(self) -> None:
@@ -549,8 +353,8 @@ class ControlPlane:
         if state_file.exists():
             state = json.loads(state_file.read_text())
             for name, pid in reversed(list(state.get("pids", {}).items())):
-                if pid and _pid_alive(pid):
-                    _terminate(pid, signal.SIGTERM, STOP_TIMEOUT)
+                if pid and pid_alive(pid):
+                    terminate(pid, signal.SIGTERM, STOP_TIMEOUT)
                     stopped.append(name)
             state_file.unlink()
         if remove and directory.exists():
@@ -558,37 +362,3 @@ class ControlPlane:
 
             shutil.rmtree(directory, ignore_errors=True)
         return stopped
-
-
-def scheduler_config(kubeconfig: str) -> dict:
-    """kube-scheduler configuration with the default and the ``kaiwo-scheduler`` profiles.
-
-    ``kaiwo-scheduler`` packs GPU pods onto the fullest nodes first, the way a
-    GPU cluster's scheduler is usually tuned.
-    """
-    gpu_packing = {
-        "name": "NodeResourcesFit",
-        "args": {
-            "scoringStrategy": {
-                "type": "RequestedToCapacityRatio",
-                "resources": [{"name": "amd.com/gpu", "weight": 5}, {"name": "nvidia.com/gpu", "weight": 5}],
-                "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]},
-            }
-        },
-    }
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": kubeconfig},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [
-            {"schedulerName": "default-scheduler"},
-            {"schedulerName": "kaiwo-scheduler", "pluginConfig": [gpu_packing]},
-        ],
-    }
-
-
-def _b64(data: bytes) -> str:
-    import base64
-
-    return base64.b64encode(data).decode()

@@ -11,10 +11,14 @@ Modules:
 * :mod:`.defaults` - default ClusterQueue/Topology and the merge into a queue config.
 * :mod:`.kueue` - queue-config spec -> desired Kueue objects, v1beta1 -> v1beta2 translation.
 * :mod:`.validate` - bad-input checks naming the offending item.
+* :mod:`.owned` - the fields kaiwo-ctrl owns on a Kueue object: normalised comparison and merge.
 * :mod:`.plan` - diff desired vs existing Kueue objects into creates/updates/deletes.
 * :mod:`.localqueue` - the LocalQueue helper shared by the workload reconcilers.
 * :mod:`.status` - desired KaiwoQueueConfig status.
 * :mod:`.events` - event reasons/messages for sync writes.
+
+The reconciler itself (:mod:`.controller`) performs the writes: :mod:`.writes`
+carries out a plan and waits for the caches, :mod:`.watch` holds its predicates.
 
 Reconcile outline using these pieces::
 

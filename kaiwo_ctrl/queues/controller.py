@@ -15,54 +15,38 @@
 Every read comes from the shared informer caches; the only writes are the ones
 the pure planners in this package ask for, so an idle operator writes nothing.
 After writing, the reconcile waits (briefly) until the caches show its own
-writes, so the next reconcile never plans the same write twice.
+writes, so the next reconcile never plans the same write twice. The watches'
+predicates live in :mod:`.watch`; the Kueue writes and the cache waits in :mod:`.writes`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.kinds import (
-    CLUSTERQUEUES,
-    KAIWOQUEUECONFIGS,
-    LOCALQUEUES,
-    RESOURCEFLAVORS,
-    TOPOLOGIES,
-    WORKLOADPRIORITYCLASSES,
-)
+from kaiwo_ctrl.kinds import KAIWOQUEUECONFIGS
 from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
-from kaiwo_ctrl.runtime.apply import contains
-from kaiwo_ctrl.runtime.client import ApiError, Resource
+from kaiwo_ctrl.runtime.client import ApiError
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.defaulting import installed_schema
-from kaiwo_ctrl.runtime.expectations import newer_or_same, wait_observed
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
+from kaiwo_ctrl.runtime.objpath import deleting, meta, rv, uid
 from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
 from kaiwo_ctrl.runtime.resources import NAMESPACES, NODES
 from kaiwo_ctrl.settings import settings_for
 
-from .constants import (
-    CLUSTER_QUEUE,
-    LOCAL_QUEUE,
-    QUEUE_CONFIG_NAME,
-    RESOURCE_FLAVOR,
-    TOPOLOGY,
-    WORKLOAD_PRIORITY_CLASS,
-)
-from .defaults import ensure_default_queue_config
-from .events import sync_event
+from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, QUEUE_CONFIG_NAME
+from .defaults import ensure_default_queue_config, queue_config_spec_equivalent
 from .kueue import desired_kueue_objects
-from .nodepools import NodePool, discover, exclude_control_plane_setting, node_fingerprint, node_patches, topology_label_patches
+from .nodepools import NodePool, discover, exclude_control_plane_setting, node_patches, topology_label_patches
 from .plan import key_str, object_key, plan_sync
 from .status import desired_status, status_changed
+from .watch import KueueObjectChanged, NamespaceComesOrGoes, NodeChanged, SpecChanged, always_kaiwo, trim_namespace
+from .writes import KUEUE_RESOURCES, Expect, KueueWriter, WriteStats, error_text, expect_version, truncate, wait_cache
 
 log = logging.getLogger("kaiwo_ctrl.queues")
 
@@ -75,8 +59,6 @@ NAME_ERROR = "only a KaiwoQueueConfig named 'kaiwo' is allowed"
 NODE_DEBOUNCE = 1.0
 #: Short collection window for events on the Kueue objects we manage (our own writes arrive in bursts).
 KUEUE_DEBOUNCE = 0.2
-#: How long a reconcile waits for the caches to show its own writes.
-CACHE_WAIT = 5.0
 #: Requeue delay while LocalQueues wait for their ClusterQueue or an old object is still terminating.
 WAIT_REQUEUE = 1.0
 #: Passes per reconcile (LocalQueues need their ClusterQueue's UID, known one pass later).
@@ -85,169 +67,6 @@ NODE_WRITE_CONCURRENCY = 32
 #: Retry delays after a failed write (one key only, so a short cap keeps repairs timely: e.g. a
 #: LocalQueue for a namespace that does not exist yet is created at most this long after it appears).
 RETRY_BASE, RETRY_CAP = 0.1, 60.0
-
-KUEUE_RESOURCES: dict[str, Resource] = {
-    TOPOLOGY: TOPOLOGIES,
-    RESOURCE_FLAVOR: RESOURCEFLAVORS,
-    WORKLOAD_PRIORITY_CLASS: WORKLOADPRIORITYCLASSES,
-    CLUSTER_QUEUE: CLUSTERQUEUES,
-    LOCAL_QUEUE: LOCALQUEUES,
-}
-
-#: ClusterQueue spec fields the KaiwoQueueConfig CRD may default inside an embedded
-#: spec; a queue-config spec that differs only by these defaults needs no write.
-_CQ_ENTRY_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
-
-KAIWO_REQUEST = Request("", QUEUE_CONFIG_NAME)
-
-
-# ---------------------------------------------------------------------------
-# Small helpers
-# ---------------------------------------------------------------------------
-
-
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
-def _rv(obj: Mapping[str, Any] | None) -> str | None:
-    return _meta(obj).get("resourceVersion")
-
-
-def _uid(obj: Mapping[str, Any] | None) -> str | None:
-    return _meta(obj).get("uid")
-
-
-def _deleting(obj: Mapping[str, Any] | None) -> bool:
-    return bool(_meta(obj).get("deletionTimestamp"))
-
-
-def _gone_or_replaced(uid: str | None) -> Callable[[Mapping[str, Any] | None], bool]:
-    """Seen in the cache once the object with ``uid`` is gone, replaced or being deleted."""
-
-    def seen(obj: Mapping[str, Any] | None) -> bool:
-        return obj is None or _uid(obj) != uid or _deleting(obj)
-
-    return seen
-
-
-def _without_entry_defaults(spec: Any) -> Any:
-    if not isinstance(spec, Mapping):
-        return spec
-    out = dict(spec)
-    queues = []
-    for entry in out.get("clusterQueues") or []:
-        if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
-            cq = {k: v for k, v in entry["spec"].items() if _CQ_ENTRY_DEFAULTS.get(k, object()) != v}
-            entry = {**entry, "spec": cq}
-        queues.append(entry)
-    if "clusterQueues" in out:
-        out["clusterQueues"] = queues
-    return out
-
-
-def queue_config_spec_equivalent(current: Any, wanted: Any) -> bool:
-    """Whether writing ``wanted`` over the stored ``current`` spec would change nothing:
-    equal up to quantity spelling, empty lists/maps and the CRD's own defaults."""
-    a, b = _without_entry_defaults(current or {}), _without_entry_defaults(wanted or {})
-    return contains(a, b) and contains(b, a)
-
-
-def _truncate(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_text(err: BaseException) -> str:
-    if isinstance(err, ApiError):
-        return _truncate(f"{err.status} {err.reason}: {err.message}".strip())
-    return _truncate(str(err) or type(err).__name__)
-
-
-class NodeChanged(Predicate):
-    """Node updates that matter to pools; creates and deletes always pass."""
-
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return node_fingerprint(old) != node_fingerprint(new)
-
-
-def _trim_namespace(obj: dict) -> dict:
-    meta = obj.get("metadata") or {}
-    keep = {k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": keep}
-
-
-class _NamespaceComesOrGoes(Predicate):
-    """A namespace appearing (or starting to terminate) can unblock or block its LocalQueues."""
-
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return _meta(old).get("deletionTimestamp") != _meta(new).get("deletionTimestamp")
-
-
-def _always_kaiwo(_obj: Any) -> Iterable[Request]:
-    return (KAIWO_REQUEST,)
-
-
-class _KueueObjectChanged(Predicate):
-    """Kueue object events that can put it out of sync: create/delete, and updates of
-    spec (generation), labels, annotations, owner references or deletion start;
-    Kueue's own status updates are ignored."""
-
-    _fields = FieldsChanged(
-        lambda o: _meta(o).get("generation"),
-        lambda o: _meta(o).get("labels"),
-        lambda o: _meta(o).get("annotations"),
-        lambda o: _meta(o).get("ownerReferences"),
-        lambda o: _meta(o).get("deletionTimestamp"),
-        lambda o: (o.get("value"), o.get("description")),
-    )
-
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return self._fields.update(old, new)
-
-
-class _SpecChanged(Predicate):
-    """Updates that move ``metadata.generation`` or start deletion (not status writes)."""
-
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return (_meta(old).get("generation"), _meta(old).get("deletionTimestamp")) != (
-            _meta(new).get("generation"),
-            _meta(new).get("deletionTimestamp"),
-        )
-
-
-@dataclass
-class WriteStats:
-    """Requests the reconciler made, by target (tests and the benchmark read these)."""
-
-    node_patches: int = 0
-    queue_config_creates: int = 0
-    queue_config_updates: int = 0
-    status_writes: int = 0
-    kueue: dict[str, int] = field(default_factory=dict)
-    reconciles: int = 0
-
-    @property
-    def queue_config_writes(self) -> int:
-        return self.queue_config_creates + self.queue_config_updates
-
-    @property
-    def kueue_writes(self) -> int:
-        return sum(self.kueue.values())
-
-    def count_kueue(self, action: str, kind: str) -> None:
-        key = f"{action} {kind}"
-        self.kueue[key] = self.kueue.get(key, 0) + 1
-
-
-@dataclass
-class _Expect:
-    """A write the cache must show before the next plan is computed."""
-
-    informer: Informer
-    name: str
-    namespace: str | None
-    check: Callable[[Mapping[str, Any] | None], bool]
-
 
 # ---------------------------------------------------------------------------
 # The reconciler
@@ -260,11 +79,12 @@ class QueueConfigReconciler:
         self.client = mgr.client
         self.settings = settings_for(mgr)
         self.nodes = node_informer(mgr)
-        self.namespaces = mgr.cache.informer(NAMESPACES, transform=_trim_namespace)
+        self.namespaces = mgr.cache.informer(NAMESPACES, transform=trim_namespace)
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
         self.kueue: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in KUEUE_RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
         self.stats = WriteStats()
+        self.writer = KueueWriter(self.client, self.kueue, self.stats, self.recorder)
         self.startup_done = asyncio.Event()
         self._lock: asyncio.Lock | None = None
         self._spec_schema: Mapping[str, Any] | None = None  # the installed CRD's, read once
@@ -283,7 +103,7 @@ class QueueConfigReconciler:
             self.stats.reconciles += 1
             config = self.settings.current()  # missing -> error, retried with backoff
             queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
-            if queue_config is not None and _deleting(queue_config):
+            if queue_config is not None and deleting(queue_config):
                 return Result(requeue_after=WAIT_REQUEUE)  # re-created once the old one is gone
             if queue_config is None or config.spec.dynamically_update_default_cluster_queue:
                 queue_config, created = await self.ensure_default(queue_config, config)
@@ -329,15 +149,15 @@ class QueueConfigReconciler:
                 raise ApiError(409, {"reason": "Conflict", "message": "queue config appeared meanwhile"}) from e
             self.stats.queue_config_creates += 1
             log.info("created the default KaiwoQueueConfig", extra={"pools": [p.name for p in result.pools]})
-            await self._wait_cache([self._expect_version(self.queue_configs, created)])
+            await wait_cache([expect_version(self.queue_configs, created)])
             return created, True
         assert queue_config is not None
         if result.spec is not None and not queue_config_spec_equivalent(queue_config.get("spec"), result.spec):
-            patch = {"metadata": {"resourceVersion": _rv(queue_config)}, "spec": result.spec}
+            patch = {"metadata": {"resourceVersion": rv(queue_config)}, "spec": result.spec}
             updated = await self.client.patch(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch)
             self.stats.queue_config_updates += 1
             log.info("updated the queue config from node pools", extra={"pools": [p.name for p in result.pools]})
-            await self._wait_cache([self._expect_version(self.queue_configs, updated)])
+            await wait_cache([expect_version(self.queue_configs, updated)])
             return updated, False
         return queue_config, False
 
@@ -346,7 +166,7 @@ class QueueConfigReconciler:
         the node's resourceVersion) re-reads that node and recomputes its patch."""
         pool_of = {node: pool for pool in pools for node in pool.nodes}
         sem = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
-        expectations: list[_Expect] = []
+        expectations: list[Expect] = []
 
         async def one(name: str, patch: dict) -> None:
             async with sem:
@@ -354,7 +174,7 @@ class QueueConfigReconciler:
                     try:
                         out = await self.client.patch(NODES, name, patch)
                         self.stats.node_patches += 1
-                        expectations.append(self._expect_version(self.nodes, out))
+                        expectations.append(expect_version(self.nodes, out))
                         return
                     except ApiError as e:
                         if e.not_found:
@@ -371,7 +191,7 @@ class QueueConfigReconciler:
                     patch = again
 
         results = await asyncio.gather(*(one(n, p) for n, p in patches.items()), return_exceptions=True)
-        await self._wait_cache(expectations)
+        await wait_cache(expectations)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
@@ -379,7 +199,7 @@ class QueueConfigReconciler:
     # ---------------------------------------------------------- sync
     def _namespace_ready(self, name: str | None) -> bool:
         ns = self.namespaces.get(name) if name else None
-        return ns is not None and not _deleting(ns)
+        return ns is not None and not deleting(ns)
 
     async def sync(self, queue_config: dict) -> Result | None:
         failures: dict[tuple, str] = {}
@@ -387,24 +207,24 @@ class QueueConfigReconciler:
         state = plan = None
         for _ in range(MAX_PASSES):
             uids: dict[str, str] = {
-                str(_meta(cq).get("name")): str(_uid(cq))
+                str(meta(cq).get("name")): str(uid(cq))
                 for cq in self.kueue[CLUSTER_QUEUE].list()
-                if not _deleting(cq) and _uid(cq)
+                if not deleting(cq) and uid(cq)
             }
             state = desired_kueue_objects(queue_config, uids)
             existing = [o for inf in self.kueue.values() for o in inf.list()]
-            plan = plan_sync(state.objects, existing, state.hold, _meta(queue_config).get("name") or QUEUE_CONFIG_NAME)
+            plan = plan_sync(state.objects, existing, state.hold, meta(queue_config).get("name") or QUEUE_CONFIG_NAME)
             # A LocalQueue in a namespace that does not exist would only fail:
             # report it and wait for the namespace's create event instead of
             # retrying on a timer (an idle operator writes nothing).
-            no_namespace = [o for o in plan.creates if o.get("kind") == LOCAL_QUEUE and not self._namespace_ready(_meta(o).get("namespace"))]
+            no_namespace = [o for o in plan.creates if o.get("kind") == LOCAL_QUEUE and not self._namespace_ready(meta(o).get("namespace"))]
             if no_namespace:
                 plan.creates = [o for o in plan.creates if o not in no_namespace]
                 for o in no_namespace:
-                    missing_namespaces[object_key(o)] = f"namespace {_meta(o).get('namespace')} does not exist"
+                    missing_namespaces[object_key(o)] = f"namespace {meta(o).get('namespace')} does not exist"
             if plan.empty:
                 break
-            wrote = await self.apply_plan(queue_config, plan, existing, failures)
+            wrote = await self.writer.apply(queue_config, plan, existing, failures)
             if not wrote:
                 break
         assert state is not None and plan is not None
@@ -422,83 +242,14 @@ class QueueConfigReconciler:
             return Result(requeue_after=WAIT_REQUEUE)
         return None
 
-    async def apply_plan(self, queue_config: dict, plan: Any, existing: list[dict], failures: dict) -> bool:
-        """Deletes, re-creates (delete then create), creates, updates. Failures are
-        recorded (event + status line) and do not stop the other writes. Returns
-        whether anything was written."""
-        have = {object_key(o): o for o in existing}
-        expectations: list[_Expect] = []
-        wrote = False
-
-        async def delete(obj: Mapping[str, Any]) -> bool:
-            kind, ns, name = object_key(obj)
-            try:
-                await self.client.delete(KUEUE_RESOURCES[kind], name, ns, uid=_uid(obj))
-            except ApiError as e:
-                self._fail(queue_config, "Delete", obj, e, failures)
-                return False
-            self.stats.count_kueue("delete", kind)
-            self._event(queue_config, "Delete", obj)
-            expectations.append(_Expect(self.kueue[kind], name, ns, _gone_or_replaced(_uid(obj))))
-            return True
-
-        async def create(obj: Mapping[str, Any], blocked_reason: str) -> bool:
-            kind, ns, name = object_key(obj)
-            try:
-                out = await self.client.create(KUEUE_RESOURCES[kind], obj)
-            except ApiError as e:
-                if e.already_exists and blocked_reason:
-                    failures[object_key(obj)] = blocked_reason
-                    return False
-                self._fail(queue_config, "Create", obj, e, failures)
-                return False
-            self.stats.count_kueue("create", kind)
-            self._event(queue_config, "Create", obj)
-            expectations.append(self._expect_version(self.kueue[kind], out))
-            return True
-
-        for obj in plan.deletes:
-            wrote |= await delete(obj)
-        for obj in plan.recreates:
-            old = have.get(object_key(obj))
-            if old is not None and not await delete(old):
-                continue
-            wrote = True
-            await create(obj, "re-create: waiting for the old object to finish deleting")
-        for obj in plan.creates:
-            wrote |= await create(obj, "")
-        for obj in plan.updates:
-            kind, ns, name = object_key(obj)
-            try:
-                out = await self.client.replace(KUEUE_RESOURCES[kind], obj)
-            except ApiError as e:
-                self._fail(queue_config, "Update", obj, e, failures)
-                continue
-            wrote = True
-            self.stats.count_kueue("update", kind)
-            self._event(queue_config, "Update", obj)
-            expectations.append(self._expect_version(self.kueue[kind], out))
-        await self._wait_cache(expectations)
-        return wrote
-
-    def _event(self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], error: Any = None) -> None:
-        ev = sync_event(action, obj, error)
-        self.recorder.event(queue_config, ev.type, ev.reason, ev.message)
-
-    def _fail(self, queue_config: Mapping[str, Any], action: str, obj: Mapping[str, Any], err: ApiError, failures: dict) -> None:
-        text = _error_text(err)
-        failures[object_key(obj)] = f"{action.lower()} failed: {text}"
-        self._event(queue_config, action, obj, text)
-        log.warning("kueue sync write failed", extra={"action": action, "object": key_str(object_key(obj)), "error": text})
-
     async def write_status(self, queue_config: dict, problems: list, out_of_sync: list[str]) -> None:
         current = queue_config.get("status") or {}
         status = desired_status(
-            current, problems=problems, out_of_sync=out_of_sync, generation=_meta(queue_config).get("generation")
+            current, problems=problems, out_of_sync=out_of_sync, generation=meta(queue_config).get("generation")
         )
         if not status_changed(current, status):
             return
-        patch = {"metadata": {"resourceVersion": _rv(queue_config)}, "status": status}
+        patch = {"metadata": {"resourceVersion": rv(queue_config)}, "status": status}
         try:
             out = await self.client.patch_status(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch)
         except ApiError as e:
@@ -507,22 +258,8 @@ class QueueConfigReconciler:
             raise
         self.stats.status_writes += 1
         if status["status"] != current.get("status") and problems:
-            self.recorder.warning(queue_config, "KaiwoQueueConfigInvalid", _truncate("; ".join(map(str, problems)), 1000))
-        await self._wait_cache([self._expect_version(self.queue_configs, out)])
-
-    # ----------------------------------------------------------- cache waits
-    @staticmethod
-    def _expect_version(informer: Informer, written: Mapping[str, Any]) -> _Expect:
-        """The cache holds ``written`` or something newer."""
-        meta = _meta(written)
-        return _Expect(informer, meta.get("name", ""), meta.get("namespace"), newer_or_same(written))
-
-    async def _wait_cache(self, expectations: list[_Expect], timeout: float = CACHE_WAIT) -> bool:
-        pending = [(partial(e.informer.get, e.name, e.namespace), e.check) for e in expectations]
-        if await wait_observed(pending, timeout):
-            return True
-        log.debug("cache did not catch up with our writes", extra={"pending": len(pending)})
-        return False
+            self.recorder.warning(queue_config, "KaiwoQueueConfigInvalid", truncate("; ".join(map(str, problems)), 1000))
+        await wait_cache([expect_version(self.queue_configs, out)])
 
     # ------------------------------------------------------ startup
     async def startup(self) -> None:
@@ -538,7 +275,7 @@ class QueueConfigReconciler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - retried; the controller keeps running meanwhile
-                log.error("queue-config startup task failed, retrying", extra={"error": _error_text(e), "delay": delay})
+                log.error("queue-config startup task failed, retrying", extra={"error": error_text(e), "delay": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
         self.startup_done.set()
@@ -550,24 +287,24 @@ class QueueConfigReconciler:
         patches = topology_label_patches(self.nodes.list())
         if patches:
             sem = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
-            expectations: list[_Expect] = []
+            expectations: list[Expect] = []
 
             async def one(name: str, patch: dict) -> None:
                 async with sem:
                     try:
                         out = await self.client.patch(NODES, name, patch)
                         self.stats.node_patches += 1
-                        expectations.append(self._expect_version(self.nodes, out))
+                        expectations.append(expect_version(self.nodes, out))
                     except ApiError as e:  # a topology-label failure is logged, not fatal
                         if not e.not_found:
-                            log.warning("topology labels not written", extra={"node": name, "error": _error_text(e)})
+                            log.warning("topology labels not written", extra={"node": name, "error": error_text(e)})
 
             await asyncio.gather(*(one(n, p) for n, p in patches.items()))
             # pool labelling below adds missing topology labels too: let it see these first
-            await self._wait_cache(expectations)
+            await wait_cache(expectations)
         async with self.lock:
             queue_config = self.queue_configs.get(QUEUE_CONFIG_NAME)
-            if queue_config is not None and _deleting(queue_config):
+            if queue_config is not None and deleting(queue_config):
                 raise RuntimeError("the queue config is being deleted")
             await self.ensure_default(queue_config, cfg)
         log.info("queue-config startup task done")
@@ -583,12 +320,12 @@ def setup(mgr: Manager, *, tracer: Any = None) -> QueueConfigReconciler:
         tracer=tracer,
         rate_limiter=ItemExponentialFailureRateLimiter(base=RETRY_BASE, cap=RETRY_CAP),
     )
-    ctl.for_(rec.queue_configs, predicates=[_SpecChanged()])
-    ctl.watches(rec.nodes, _always_kaiwo, predicates=[NodeChanged()], debounce=NODE_DEBOUNCE)
-    ctl.watches(rec.settings.informer, _always_kaiwo, predicates=[_SpecChanged()])
-    ctl.watches(rec.namespaces, _always_kaiwo, predicates=[_NamespaceComesOrGoes()], debounce=NODE_DEBOUNCE)
+    ctl.for_(rec.queue_configs, predicates=[SpecChanged()])
+    ctl.watches(rec.nodes, always_kaiwo, predicates=[NodeChanged()], debounce=NODE_DEBOUNCE)
+    ctl.watches(rec.settings.informer, always_kaiwo, predicates=[SpecChanged()])
+    ctl.watches(rec.namespaces, always_kaiwo, predicates=[NamespaceComesOrGoes()], debounce=NODE_DEBOUNCE)
     for informer in rec.kueue.values():
-        ctl.watches(informer, _always_kaiwo, predicates=[_KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
+        ctl.watches(informer, always_kaiwo, predicates=[KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
     rec.controller = ctl  # type: ignore[attr-defined]
     mgr.add_leader_runnable("kaiwoqueueconfig-startup", rec.startup)
     return rec

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.defaulting import apply_defaults
 
 from .constants import (
@@ -238,3 +239,30 @@ def ensure_default_queue_config(
     if merged != current:
         result.spec = merged
     return result
+
+
+#: ClusterQueue spec fields the KaiwoQueueConfig CRD may default inside an embedded
+#: spec; a queue-config spec that differs only by these defaults needs no write.
+_CQ_ENTRY_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
+
+
+def _without_entry_defaults(spec: Any) -> Any:
+    if not isinstance(spec, Mapping):
+        return spec
+    out = dict(spec)
+    queues = []
+    for entry in out.get("clusterQueues") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
+            cq = {k: v for k, v in entry["spec"].items() if _CQ_ENTRY_DEFAULTS.get(k, object()) != v}
+            entry = {**entry, "spec": cq}
+        queues.append(entry)
+    if "clusterQueues" in out:
+        out["clusterQueues"] = queues
+    return out
+
+
+def queue_config_spec_equivalent(current: Any, wanted: Any) -> bool:
+    """Whether writing ``wanted`` over the stored ``current`` spec would change nothing:
+    equal up to quantity spelling, empty lists/maps and the CRD's own defaults."""
+    a, b = _without_entry_defaults(current or {}), _without_entry_defaults(wanted or {})
+    return contains(a, b) and contains(b, a)

@@ -1,17 +1,7 @@
 """Diff desired Kueue objects against the cluster: what to create, update, re-create, delete.
 
-Only the fields kaiwo-ctrl owns are compared, after applying the CRD defaults the
-apiserver fills in and comparing quantities by value, so an unchanged cluster
-plans nothing:
-
-* ResourceFlavor: ``spec`` (nodeLabels, nodeTaints, tolerations, topologyName);
-* ClusterQueue: ``spec`` (defaults: queueingStrategy, stopPolicy, flavorFungibility,
-  preemption, fairSharing.weight);
-* LocalQueue: ``spec.clusterQueue``;
-* WorkloadPriorityClass: ``value`` and ``description``;
-* Topology: ``spec.levels``;
-* on every kind: our two labels (plus labels/annotations an entry's own metadata
-  asks for; others on the object are left alone) and our owner reference.
+Only the fields kaiwo-ctrl owns are compared (:mod:`kaiwo_ctrl.queues.owned`
+lists them), so an unchanged cluster plans nothing.
 
 Fields Kueue made immutable cannot be updated in place, so a change there plans a
 *re-create* (delete, then create): Topology levels, LocalQueue clusterQueue, and a
@@ -43,13 +33,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.quantity import QuantityError, parse_quantity
-
 from .constants import (
     ADOPTED_ANNOTATION,
     CLUSTER_QUEUE,
     KIND_ORDER,
-    LOCAL_QUEUE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     QUEUE_CONFIG_LABEL,
@@ -59,7 +46,7 @@ from .constants import (
     WORKLOAD_PRIORITY_CLASS,
     Key,
 )
-from .kueue import translate_cluster_queue_spec
+from .owned import immutable_change, merged_update, metadata_changes, owned_fields
 
 
 def object_key(obj: Mapping[str, Any]) -> Key:
@@ -118,94 +105,6 @@ class Plan:
         return lines
 
 
-# ---------------------------------------------------------------------------
-# Normalisation of owned fields
-# ---------------------------------------------------------------------------
-
-
-def _quantity(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_quantity(value).normalize()
-    except (QuantityError, ArithmeticError):
-        return value
-
-
-def _without_none(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_none(v) for v in value]
-    return value
-
-
-def normalize_cluster_queue_spec(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A v1beta2 ClusterQueue spec with CRD defaults applied and quantities as Decimals.
-
-    A spec still in v1beta1 shape (read through the v1beta1 endpoint) is translated first.
-    """
-    out, _ = translate_cluster_queue_spec(_without_none(dict(spec or {})))
-    out.setdefault("queueingStrategy", "BestEffortFIFO")
-    out.setdefault("stopPolicy", "None")
-    fung = out.setdefault("flavorFungibility", {})
-    fung.setdefault("whenCanBorrow", "MayStopSearch")
-    fung.setdefault("whenCanPreempt", "TryNextFlavor")
-    pre = out.setdefault("preemption", {})
-    pre.setdefault("reclaimWithinCohort", "Never")
-    pre.setdefault("withinClusterQueue", "Never")
-    pre.setdefault("borrowWithinCohort", {}).setdefault("policy", "Never")
-    if "fairSharing" in out:
-        out["fairSharing"]["weight"] = _quantity(out["fairSharing"].get("weight", 1))
-    if not out.get("resourceGroups"):
-        out.pop("resourceGroups", None)
-    for group in out.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for res in flavor.get("resources") or []:
-                for qkey in ("nominalQuota", "borrowingLimit", "lendingLimit"):
-                    if qkey in res:
-                        res[qkey] = _quantity(res[qkey])
-    if out.get("cohortName") == "":
-        out.pop("cohortName")
-    return out
-
-
-def _drop_empty(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in _without_none(dict(spec or {})).items() if v not in ({}, [], "")}
-
-
-def owned_fields(obj: Mapping[str, Any]) -> Any:
-    """The comparable projection of the fields kaiwo-ctrl owns on ``obj``."""
-    kind = obj.get("kind")
-    if kind == CLUSTER_QUEUE:
-        return normalize_cluster_queue_spec(obj.get("spec"))
-    if kind == RESOURCE_FLAVOR:
-        return _drop_empty(obj.get("spec"))
-    if kind == LOCAL_QUEUE:
-        return (obj.get("spec") or {}).get("clusterQueue")
-    if kind == WORKLOAD_PRIORITY_CLASS:
-        return (obj.get("value"), obj.get("description") or "")
-    if kind == TOPOLOGY:
-        return _without_none((obj.get("spec") or {}).get("levels") or [])
-    return _without_none(obj.get("spec"))
-
-
-def _immutable_change(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> str | None:
-    kind = desired.get("kind")
-    if kind == TOPOLOGY and owned_fields(desired) != owned_fields(existing):
-        return "levels changed (immutable)"
-    if kind == LOCAL_QUEUE and owned_fields(desired) != owned_fields(existing):
-        return "clusterQueue changed (immutable)"
-    if kind == RESOURCE_FLAVOR:
-        old = _drop_empty(existing.get("spec"))
-        new = _drop_empty(desired.get("spec"))
-        if old.get("topologyName"):
-            for key in ("topologyName", "nodeLabels", "tolerations"):
-                if old.get(key) != new.get(key):
-                    return f"{key} changed (immutable once topologyName is set)"
-    return None
-
-
 #: How many users an in-use message names before it summarises the rest.
 _USERS_NAMED = 3
 
@@ -234,55 +133,6 @@ def _in_use_reason(immutable: str, users: list[str]) -> str:
         f"{immutable}: not re-created while {named} use{'s' if len(users) == 1 else ''} it "
         "(stop using it, or delete it, to apply the change)"
     )
-
-
-def _metadata_changes(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> list[str]:
-    want = desired.get("metadata") or {}
-    have = existing.get("metadata") or {}
-    changes = []
-    have_labels = have.get("labels") or {}
-    if any(have_labels.get(k) != v for k, v in (want.get("labels") or {}).items()):
-        changes.append("labels")
-    have_annotations = have.get("annotations") or {}
-    if any(have_annotations.get(k) != v for k, v in (want.get("annotations") or {}).items()):
-        changes.append("annotations")
-    have_uids = {ref.get("uid") for ref in have.get("ownerReferences") or []}
-    if any(ref.get("uid") not in have_uids for ref in want.get("ownerReferences") or []):
-        changes.append("owner reference")
-    return changes
-
-
-def _merged_update(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> dict[str, Any]:
-    """The existing object with our labels, owner references and owned fields applied."""
-    obj = copy.deepcopy(dict(existing))
-    obj["apiVersion"] = desired.get("apiVersion", obj.get("apiVersion"))
-    obj["kind"] = desired["kind"]
-    meta = obj.setdefault("metadata", {})
-    want = desired.get("metadata") or {}
-    meta["labels"] = {**(meta.get("labels") or {}), **(want.get("labels") or {})}
-    if want.get("annotations"):
-        meta["annotations"] = {**(meta.get("annotations") or {}), **want["annotations"]}
-    refs = [dict(r) for r in meta.get("ownerReferences") or []]
-    for ref in want.get("ownerReferences") or []:
-        refs = [r for r in refs if r.get("uid") != ref.get("uid")]
-        ref = dict(ref)
-        if ref.get("controller") and any(r.get("controller") for r in refs):
-            ref["controller"] = False  # only one controller reference is allowed
-        refs.append(ref)
-    if refs:
-        meta["ownerReferences"] = refs
-    kind = desired["kind"]
-    if kind == WORKLOAD_PRIORITY_CLASS:
-        obj["value"] = desired.get("value")
-        if desired.get("description"):
-            obj["description"] = desired["description"]
-        else:
-            obj.pop("description", None)
-    elif kind == LOCAL_QUEUE:
-        obj.setdefault("spec", {})["clusterQueue"] = desired["spec"]["clusterQueue"]
-    else:
-        obj["spec"] = copy.deepcopy(desired.get("spec") or {})
-    return obj
 
 
 def _is_ours(obj: Mapping[str, Any], queue_config_name: str) -> bool:
@@ -354,42 +204,8 @@ def plan_sync(
     for want in sorted(desired, key=lambda o: _order(object_key(o))):
         key = object_key(want)
         desired_keys.add(key)
-        if _held(key, hold):
-            continue
-        current = have.get(key)
-        if current is not None and _deleting(current):
-            plan.blocked.append(copy.deepcopy(dict(want)))
-            plan.reasons[key] = "waiting for the old object to finish deleting"
-            continue
-        if current is None:
-            plan.creates.append(copy.deepcopy(dict(want)))
-            plan.reasons[key] = "missing"
-            continue
-        adopted = not _is_ours(current, queue_config_name) or _adopted(current)
-        if adopted:
-            want = _without_owner_refs(want)
-        immutable = _immutable_change(want, current)
-        if immutable and users.get(key):
-            plan.conflicts.append(copy.deepcopy(dict(want)))
-            plan.reasons[key] = _in_use_reason(immutable, users[key])
-            continue
-        if immutable:
-            recreate = copy.deepcopy(dict(want))
-            if adopted:
-                _mark_adopted(recreate)
-            plan.recreates.append(recreate)
-            plan.reasons[key] = immutable
-            continue
-        reasons = []
-        if owned_fields(want) != owned_fields(current):
-            reasons.append("value" if want.get("kind") == WORKLOAD_PRIORITY_CLASS else "spec")
-        reasons.extend(_metadata_changes(want, current))
-        if reasons:
-            update = _merged_update(want, current)
-            if adopted:
-                _mark_adopted(update)
-            plan.updates.append(update)
-            plan.reasons[key] = ", ".join(reasons) + " differ" if len(reasons) > 1 else reasons[0] + " differs"
+        if not _held(key, hold):
+            _plan_desired(plan, key, want, have.get(key), users.get(key), queue_config_name)
     for key in sorted(have, key=lambda k: _order(k, reverse=True)):
         obj = have[key]
         if (
@@ -404,3 +220,47 @@ def plan_sync(
         plan.reasons[key] = "no longer listed in the queue config"
     return plan
 
+
+def _plan_desired(
+    plan: Plan,
+    key: Key,
+    want: Mapping[str, Any],
+    current: Mapping[str, Any] | None,
+    users: list[str] | None,
+    queue_config_name: str,
+) -> None:
+    """Add what one desired object needs to ``plan``: nothing, a create, a re-create,
+    an update, or a blocked/conflict entry. ``users`` use ``current`` (see :func:`_users`)."""
+    if current is not None and _deleting(current):
+        plan.blocked.append(copy.deepcopy(dict(want)))
+        plan.reasons[key] = "waiting for the old object to finish deleting"
+        return
+    if current is None:
+        plan.creates.append(copy.deepcopy(dict(want)))
+        plan.reasons[key] = "missing"
+        return
+    adopted = not _is_ours(current, queue_config_name) or _adopted(current)
+    if adopted:
+        want = _without_owner_refs(want)
+    immutable = immutable_change(want, current)
+    if immutable and users:
+        plan.conflicts.append(copy.deepcopy(dict(want)))
+        plan.reasons[key] = _in_use_reason(immutable, users)
+        return
+    if immutable:
+        recreate = copy.deepcopy(dict(want))
+        if adopted:
+            _mark_adopted(recreate)
+        plan.recreates.append(recreate)
+        plan.reasons[key] = immutable
+        return
+    reasons = []
+    if owned_fields(want) != owned_fields(current):
+        reasons.append("value" if want.get("kind") == WORKLOAD_PRIORITY_CLASS else "spec")
+    reasons.extend(metadata_changes(want, current))
+    if reasons:
+        update = merged_update(want, current)
+        if adopted:
+            _mark_adopted(update)
+        plan.updates.append(update)
+        plan.reasons[key] = ", ".join(reasons) + " differ" if len(reasons) > 1 else reasons[0] + " differs"

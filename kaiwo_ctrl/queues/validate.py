@@ -21,7 +21,7 @@ allows 16; the Kaiwo schema 8).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,9 @@ _KIND_OF_LIST = {
 }
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+#: Records one problem of the entry being checked: ``bad(path below the entry, message)``.
+_Bad = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,12 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
         bad(f"spec.{path}" if path != "spec" else "spec", message)
     if translation_problems:
         return  # the remaining checks assume a well-formed spec
+    _check_policies(spec, bad)
+    _check_resource_groups(spec, flavor_names, bad)
 
+
+def _check_policies(spec: Mapping[str, Any], bad: _Bad) -> None:
+    """Flavor fungibility and preemption settings Kueue only accepts together."""
     fungibility = spec.get("flavorFungibility") or {}
     if fungibility.get("preference") and not (
         fungibility.get("whenCanBorrow") == "TryNextFlavor" and fungibility.get("whenCanPreempt") == "TryNextFlavor"
@@ -220,6 +228,9 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
             f"{borrow_policy!r} requires reclaimWithinCohort other than Never",
         )
 
+
+def _check_resource_groups(spec: Mapping[str, Any], flavor_names: set[str], bad: _Bad) -> None:
+    """Each resource covered by one group only, each flavor used once, quotas for every covered resource."""
     seen_covered: dict[str, int] = {}
     seen_flavors: dict[str, int] = {}
     has_cohort = bool(spec.get("cohortName"))
@@ -260,32 +271,41 @@ def _check_cluster_queue(i: int, entry: Mapping[str, Any], flavor_names: set[str
             ):
                 bad(fpath, "must be an object with a name and a list of resources")
                 continue
-            fname = flavor.get("name")
-            if not fname:
-                bad(f"{fpath}.name", "name is required")
-            elif fname not in flavor_names:
-                bad(f"{fpath}.name", f"flavor {fname!r} is not defined in spec.resourceFlavors")
-            if fname:
-                if fname in seen_flavors:
-                    bad(f"{fpath}.name", f"flavor {fname!r} is used more than once in this ClusterQueue")
-                else:
-                    seen_flavors[fname] = g
-            given = {r.get("name") for r in flavor.get("resources") or []}
-            for resource in covered:
-                if resource not in given:
-                    bad(f"{fpath}.resources", f"missing a quota for covered resource {resource!r}")
-            for r, res in enumerate(flavor.get("resources") or []):
-                rpath = f"{fpath}.resources[{r}]"
-                if res.get("name") not in covered:
-                    continue  # dropped during conversion (not covered)
-                if res.get("nominalQuota") is None:
-                    bad(f"{rpath}.nominalQuota", "is required")
-                for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
-                    quantity_problem = _check_quantity(res.get(key))
-                    if quantity_problem:
-                        bad(f"{rpath}.{key}", quantity_problem)
-                if res.get("borrowingLimit") is not None and not has_cohort:
-                    bad(f"{rpath}.borrowingLimit", "requires the ClusterQueue to be in a cohort")
+            _check_flavor_name(fpath, flavor.get("name"), g, flavor_names, seen_flavors, bad)
+            _check_flavor_quotas(fpath, flavor, covered, has_cohort, bad)
+
+
+def _check_flavor_name(
+    fpath: str, fname: Any, group: int, flavor_names: set[str], seen_flavors: dict[str, int], bad: _Bad
+) -> None:
+    if not fname:
+        bad(f"{fpath}.name", "name is required")
+    elif fname not in flavor_names:
+        bad(f"{fpath}.name", f"flavor {fname!r} is not defined in spec.resourceFlavors")
+    if fname:
+        if fname in seen_flavors:
+            bad(f"{fpath}.name", f"flavor {fname!r} is used more than once in this ClusterQueue")
+        else:
+            seen_flavors[fname] = group
+
+
+def _check_flavor_quotas(fpath: str, flavor: Mapping[str, Any], covered: list[str], has_cohort: bool, bad: _Bad) -> None:
+    given = {r.get("name") for r in flavor.get("resources") or []}
+    for resource in covered:
+        if resource not in given:
+            bad(f"{fpath}.resources", f"missing a quota for covered resource {resource!r}")
+    for r, res in enumerate(flavor.get("resources") or []):
+        rpath = f"{fpath}.resources[{r}]"
+        if res.get("name") not in covered:
+            continue  # dropped during conversion (not covered)
+        if res.get("nominalQuota") is None:
+            bad(f"{rpath}.nominalQuota", "is required")
+        for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+            quantity_problem = _check_quantity(res.get(key))
+            if quantity_problem:
+                bad(f"{rpath}.{key}", quantity_problem)
+        if res.get("borrowingLimit") is not None and not has_cohort:
+            bad(f"{rpath}.borrowingLimit", "requires the ClusterQueue to be in a cohort")
 
 
 def _check_priority_class(i: int, entry: Mapping[str, Any], out: list[Problem]) -> None:

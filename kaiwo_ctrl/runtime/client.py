@@ -2,9 +2,9 @@
 
 :class:`RestConfig` (in :mod:`kaiwo_ctrl.runtime.restconfig`) holds the
 connection settings (kubeconfig, exec plugins, in-cluster service account
-with token refresh); requests go through one
-aiohttp session with orjson bodies, so no generated model classes are built
-on the hot path. Every kind is addressed through a :class:`Resource` (group,
+with token refresh); requests go through :mod:`kaiwo_ctrl.runtime.transport`
+(a lean HTTP/1.1 pool for requests, aiohttp for watches) with orjson bodies,
+so no generated model classes are built on the hot path. Every kind is addressed through a :class:`Resource` (group,
 version, plural, kind, scope); core kinds are listed in
 :mod:`kaiwo_ctrl.runtime.resources` and custom resources are declared the same
 way or discovered.
@@ -13,6 +13,10 @@ Writes come in four shapes: create, replace (PUT with resourceVersion, 409 on
 a stale read), patch (merge / JSON / strategic) and server-side apply with a
 field manager. Status has its own subresource calls. :func:`retry_on_conflict`
 re-reads and retries a read-modify-write on 409.
+
+:class:`Resource` and :class:`ApiError` live in :mod:`kaiwo_ctrl.runtime.apitypes` (and are
+imported from here too); the wire format (query parameters, JSON bodies, watch-stream
+lines) in :mod:`kaiwo_ctrl.runtime.wire`.
 """
 
 from __future__ import annotations
@@ -21,112 +25,22 @@ import builtins
 import asyncio
 import logging
 import random
-import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
-from yarl import URL
 
-from kaiwo_ctrl.runtime import http1
+from kaiwo_ctrl.runtime.apitypes import ApiError, Resource  # re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
+from kaiwo_ctrl.runtime.transport import Transport
+from kaiwo_ctrl.runtime.wire import PATCH_TYPES, loads, split_lines, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
 T = TypeVar("T")
-
-PATCH_TYPES = {
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    "apply": "application/apply-patch+yaml",
-}
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API: group/version/plural, its kind and scope."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def group_kind(self) -> str:
-        return f"{self.kind}.{self.group}" if self.group else self.kind
-
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-    def key(self, obj: Mapping[str, Any]) -> str:
-        meta = obj.get("metadata", {})
-        ns = meta.get("namespace")
-        return f"{ns}/{meta['name']}" if self.namespaced and ns else meta["name"]
-
-    def __str__(self) -> str:
-        return f"{self.plural}.{self.group or 'core'}/{self.version}"
-
-
-class ApiError(Exception):
-    """An error status from the API server (or a transport failure, status 0)."""
-
-    def __init__(self, status: int, body: Any = None, method: str = "", path: str = "", retry_after: float | None = None):
-        self.status = status
-        self.body = body if isinstance(body, dict) else {}
-        self.reason = self.body.get("reason", "") if self.body else ""
-        self.message = self.body.get("message", "") if self.body else (str(body) if body else "")
-        self.method = method
-        self.path = path
-        self.retry_after = retry_after
-        super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}".strip())
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409 and self.reason != "AlreadyExists"
-
-    @property
-    def already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def invalid(self) -> bool:
-        return self.status == 422
-
-    @property
-    def forbidden(self) -> bool:
-        return self.status == 403
-
-    @property
-    def retriable(self) -> bool:
-        return self.status in (0, 429, 500, 502, 503, 504) or self.conflict
-
 
 RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
 
@@ -148,13 +62,7 @@ class Client:
         self.user_agent = user_agent
         self.request_timeout = request_timeout
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
-        base = URL(config.host)
-        self._scheme, self._authority, self._prefix = base.scheme, base.raw_authority, base.raw_path.rstrip("/")
-        self._static_headers: dict[str | None, list[tuple[bytes, bytes]]] = {}
-        self._pool: http1.Pool | None = None
-        self._pool_loop: asyncio.AbstractEventLoop | None = None
-        self._slots = asyncio.Semaphore(max_connections)
+        self.transport = Transport(config, user_agent=user_agent, max_connections=max_connections)
         self.hooks: list[RequestHook] = []
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
@@ -177,27 +85,14 @@ class Client:
         return cls(await RestConfig.load(kubeconfig), **kw)
 
     def _sess(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections,
-                ssl=self.config.ssl_context(),
-                keepalive_timeout=60,
-                enable_cleanup_closed=True,
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-                read_bufsize=2**21,
-            )
-        return self._session
+        """The stream session (watches, log follows), with this client's TLS settings."""
+        return self.transport.session()
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        return await self.transport.headers(content_type)
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.transport.close()
 
     async def __aenter__(self) -> "Client":
         return self
@@ -208,59 +103,6 @@ class Client:
     @property
     def writes(self) -> int:
         return sum(n for m, n in self.counts.items() if m in ("POST", "PUT", "PATCH", "DELETE"))
-
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        """Headers for aiohttp (watches)."""
-        if self.config.token_hook is None:
-            tok = self.config.token
-        else:
-            tok = await self.config.token_hook()
-        h = {"Accept": "application/json", "User-Agent": self.user_agent}
-        if content_type:
-            h["Content-Type"] = content_type
-        if tok:
-            h["Authorization"] = tok if tok.lower().startswith("bearer ") else f"Bearer {tok}"
-        return h
-
-    async def _raw_headers(self, content_type: str | None) -> list[tuple[bytes, bytes]]:
-        """Headers for the request pool, encoded once per content type when
-        the credentials are static (a token hook may change them)."""
-        if self.config.token_hook is None:
-            h = self._static_headers.get(content_type)
-            if h is None:
-                h = self._static_headers[content_type] = _encode_headers(await self._headers(content_type), self._authority)
-            return h
-        return _encode_headers(await self._headers(content_type), self._authority)
-
-    def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
-        """The request target: the server URL's path prefix, ``path`` (already
-        percent-encoded: :meth:`Resource.path` quotes names) and the query."""
-        query = urlencode({k: _param(v) for k, v in params.items() if v is not None}) if params else ""
-        if "?" in path:  # a raw path that carries its own query
-            path, _, own = path.partition("?")
-            query = f"{own}&{query}" if query else own
-        target = self._prefix + path
-        return f"{target}?{query}" if query else target
-
-    def _url(self, path: str, params: Mapping[str, Any] | None) -> URL:
-        """The full URL (for aiohttp), built from encoded parts so it is not parsed again."""
-        target = self._target(path, params)
-        path_part, _, query = target.partition("?")
-        return URL.build(scheme=self._scheme, authority=self._authority, path=path_part, query_string=query, encoded=True)
-
-    def _http1(self) -> http1.Pool:
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool_loop is not loop:
-            # (a client used again under another event loop gets a new pool)
-            self._pool_loop = loop
-            self._pool = http1.Pool(
-                ssl=ctx if isinstance(ctx := self.config.ssl_context(), ssl.SSLContext) else None,
-                connect_timeout=15.0,
-                idle_timeout=60.0,
-                max_idle_per_host=self._max_connections,
-            )
-            self._slots = asyncio.Semaphore(self._max_connections)
-        return self._pool
 
     async def request(
         self,
@@ -273,32 +115,25 @@ class Client:
         timeout: float | None = None,
         decode: bool = True,
     ) -> Any:
-        """One API request; the decoded JSON answer (None for an empty one, or
-        when ``decode`` is false: a caller that does not read the answer saves
-        decoding it). Errors raise :class:`ApiError` whatever ``decode`` says.
-
-        Requests go through a lean keep-alive HTTP/1.1 pool (:mod:`.http1`,
-        at most ``max_connections`` in flight); watches, which stream for
-        minutes, through aiohttp."""
-        target = self._target(path, params)
+        """One API request (through :mod:`.transport`); the decoded JSON answer
+        (None for an empty one, or when ``decode`` is false: a caller that does
+        not read the answer saves decoding it). Errors raise :class:`ApiError`
+        whatever ``decode`` says."""
+        target = self.transport.target(path, params)
         data = b""
         if body is not None:
             data = body if isinstance(body, bytes) else orjson.dumps(body)
             content_type = content_type or "application/json"
-        headers = await self._raw_headers(content_type)
-        pool = self._http1()
         self.counts[method] += 1
         t0 = time.monotonic()
         status = 0
         try:
-            async with self._slots, asyncio.timeout(timeout or self.request_timeout):
-                async with await pool.request(method, self._authority, target, headers, data) as resp:
-                    status = resp.status
-                    raw = await resp.read()
+            status, raw, retry_after = await self.transport.exchange(
+                method, target, data, content_type, timeout or self.request_timeout
+            )
             if status >= 400:
-                retry_after = resp.header(b"retry-after")
-                raise ApiError(status, _loads(raw), method, path, float(retry_after) if retry_after else None)
-            return _loads(raw) if raw and decode else None
+                raise ApiError(status, loads(raw), method, path, float(retry_after) if retry_after else None)
+            return loads(raw) if raw and decode else None
         except (TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
         finally:
@@ -381,7 +216,7 @@ class Client:
         """POST ``obj``; the created object, or None with ``decode=False``."""
         ns = namespace or obj.get("metadata", {}).get("namespace")
         return await self.request(
-            "POST", res.path(ns), body=_with_type(res, obj), params={"fieldManager": self.field_manager}, decode=decode
+            "POST", res.path(ns), body=with_type(res, obj), params={"fieldManager": self.field_manager}, decode=decode
         )
 
     async def replace(self, res: Resource, obj: Mapping[str, Any], subresource: str | None = None) -> dict:
@@ -389,7 +224,7 @@ class Client:
         return await self.request(
             "PUT",
             res.path(meta.get("namespace"), meta["name"], subresource),
-            body=_with_type(res, obj),
+            body=with_type(res, obj),
             params={"fieldManager": self.field_manager},
         )
 
@@ -438,7 +273,7 @@ class Client:
         return await self.patch(
             res,
             meta["name"],
-            _with_type(res, obj),
+            with_type(res, obj),
             meta.get("namespace") if res.namespaced else None,
             patch_type="apply",
             subresource=subresource,
@@ -508,7 +343,7 @@ class Client:
             "fieldSelector": field_selector,
         }
         path = res.path(namespace)
-        url = self._url(path, params)
+        url = self.transport.url(path, params)
         headers = await self._headers(None)
         self.counts["WATCH"] += 1
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)
@@ -517,7 +352,7 @@ class Client:
                 for hook in self.hooks:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
-                    raise ApiError(resp.status, _loads(await resp.read()), "WATCH", path)
+                    raise ApiError(resp.status, loads(await resp.read()), "WATCH", path)
                 async for line in split_lines(resp.content.iter_any()):
                     yield orjson.loads(line)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -525,72 +360,6 @@ class Client:
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")
-
-
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Non-blank lines of a byte stream, in time linear in its length.
-
-    Each byte is scanned for the newline once (a long line arriving in many
-    chunks is not rescanned from its start) and copied out once; consumed
-    lines are cut off the buffer once per chunk, not once per line.
-    """
-    buf = bytearray()
-    for_scan = 0
-    async for chunk in chunks:
-        buf += chunk
-        start = 0
-        while True:
-            i = buf.find(b"\n", for_scan)
-            if i < 0:
-                break
-            line = bytes(buf[start:i])
-            start = for_scan = i + 1
-            if line.strip():
-                yield line
-        if start:
-            del buf[:start]
-        for_scan = len(buf)
-    # an unterminated tail is a cut-off event: the caller resumes the watch
-
-
-def resource_of(path: str) -> str:
-    """``/apis/g/v/namespaces/ns/jobs/x/status`` -> ``jobs/status``; ``/api/v1/nodes`` -> ``nodes``."""
-    parts = [p for p in path.split("?", 1)[0].split("/") if p]
-    if not parts:
-        return ""
-    rest = parts[2:] if parts[0] == "api" else parts[3:]
-    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
-    if not rest:
-        return ""
-    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
-
-
-def _encode_headers(h: Mapping[str, str], authority: str) -> list[tuple[bytes, bytes]]:
-    out = [(b"Host", authority.encode("latin-1"))]
-    out += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in h.items()]
-    return out
-
-
-def _param(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _loads(raw: bytes) -> Any:
-    if not raw:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"message": raw[:2000].decode(errors="replace")}
-
-
-def _with_type(res: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    if obj.get("apiVersion") and obj.get("kind"):
-        return obj
-    return {"apiVersion": res.api_version, "kind": res.kind, **obj}
 
 
 async def retry_on_conflict(

@@ -23,7 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from kaiwo_ctrl.runtime.cache import Cache
-from kaiwo_ctrl.runtime.client import Client, resource_of
+from kaiwo_ctrl.runtime.apitypes import resource_of
+from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.events import EventRecorder
 from kaiwo_ctrl.runtime.leaderelection import LeaderElector

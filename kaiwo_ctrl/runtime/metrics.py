@@ -162,7 +162,17 @@ class Metrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
 
-        # -- reconcile loop --------------------------------------------------
+        self._reconcile_metrics(r)
+        self._workqueue_metrics(r)
+        self._leader_election_metrics(r)
+        self._rest_client_metrics(r)
+        self._informer_metrics(r)
+
+        self._workqueues: dict[str, WorkQueueMetrics] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _reconcile_metrics(self, r: CollectorRegistry) -> None:
+        """Reconcile loop: results, errors, durations, workers (controller-runtime's names)."""
         self.reconcile_total = Counter(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
@@ -213,7 +223,8 @@ class Metrics:
             registry=r,
         )
 
-        # -- work queues -----------------------------------------------------
+    def _workqueue_metrics(self, r: CollectorRegistry) -> None:
+        """Work queues (client-go's names)."""
         wq = ["name", "controller"]
         self.workqueue_depth = Gauge(
             "workqueue_depth", "Current depth of workqueue", wq, registry=r
@@ -252,7 +263,8 @@ class Metrics:
             "workqueue_retries", "Total number of retries handled by workqueue", wq, registry=r
         )
 
-        # -- leader election -------------------------------------------------
+    def _leader_election_metrics(self, r: CollectorRegistry) -> None:
+        """Leader election."""
         self.leader_election_master_status = Gauge(
             "leader_election_master_status",
             "1 while this process holds the named lease, 0 otherwise",
@@ -266,7 +278,8 @@ class Metrics:
             registry=r,
         )
 
-        # -- REST client -----------------------------------------------------
+    def _rest_client_metrics(self, r: CollectorRegistry) -> None:
+        """REST client requests (client-go's names, plus requests by resource)."""
         self.rest_client_requests = Counter(
             "rest_client_requests",
             "Number of HTTP requests, partitioned by status code, method, and host",
@@ -288,7 +301,8 @@ class Metrics:
             registry=r,
         )
 
-        # -- informers (our own design) ---------------------------------------
+    def _informer_metrics(self, r: CollectorRegistry) -> None:
+        """Informers (our own design)."""
         self.informer_object_count = Gauge(
             "informer_objects",
             "Number of objects currently held in the informer cache",
@@ -319,9 +333,6 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-
-        self._workqueues: dict[str, WorkQueueMetrics] = {}
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # ------------------------------------------------------------------------
 

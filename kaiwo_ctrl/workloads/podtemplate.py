@@ -186,11 +186,43 @@ def decorate_pod_template(
     """Apply metadata, pod-level additions, container settings and resources,
     GPU model affinity and tolerations in place and return the template."""
     settings = world.settings
-    spec_ = obj.spec
     gpu_key = gpu_resource_key(obj.gpu_vendor, settings.default_gpu_resource_key)
+    _decorate_metadata(template.setdefault("metadata", {}), obj, role)
+    pod = template.setdefault("spec", {})
+    # Priority: a scheduling.k8s.io PriorityClass of that name -> pod priority.
+    if obj.priority_class and obj.priority_class in world.priority_classes:
+        pod["priorityClassName"] = obj.priority_class
+    _add_pull_secrets(pod, obj, world)
+    _add_volumes(pod, obj.spec, storage)
+    _decorate_containers(pod, obj, storage, role, gpu_key, settings.default_ray_image)
 
-    # metadata
-    meta = template.setdefault("metadata", {})
+    # GPU model affinity
+    if obj.gpu_models and role.plan.gpus_per_replica > 0:
+        affinity = dict(pod.get("affinity") or {})
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": NODE_LABEL_GPU_MODEL, "operator": "In", "values": obj.gpu_models}]}
+                ]
+            }
+        }
+        pod["affinity"] = affinity
+
+    # tolerations
+    containers = pod.get("containers") or []
+    if settings.add_taints_to_gpu_nodes and any(container_requests_gpu(c, gpu_key) for c in containers):
+        toleration = {"key": settings.default_gpu_taint_key, "operator": "Exists", "effect": "NoSchedule"}
+        tolerations = list(pod.get("tolerations") or [])
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+        pod["tolerations"] = tolerations
+    return template
+
+
+def _decorate_metadata(meta: dict[str, Any], obj: KaiwoObject, role: PodRole) -> None:
+    """Pod labels (template, object, system, role; in that order of precedence
+    from lowest) and annotations (the object's, plus the topology request)."""
+    spec_ = obj.spec
     labels = dict(meta.get("labels") or {})
     for key, value in (spec_.get("podTemplateSpecLabels") or {}).items():
         labels[key] = value
@@ -210,19 +242,19 @@ def decorate_pod_template(
         annotations[ANNOTATION_PREFERRED_TOPOLOGY] = spec_.get("preferredTopologyLabel") or DEFAULT_TOPOLOGY_LEVEL
     meta["annotations"] = annotations
 
-    pod = template.setdefault("spec", {})
-    # Priority: a scheduling.k8s.io PriorityClass of that name -> pod priority.
-    if obj.priority_class and obj.priority_class in world.priority_classes:
-        pod["priorityClassName"] = obj.priority_class
 
-    # pod-level additions
-    if spec_.get("imagePullSecrets"):
+def _add_pull_secrets(pod: dict[str, Any], obj: KaiwoObject, world: World) -> None:
+    if obj.spec.get("imagePullSecrets"):
         pod["imagePullSecrets"] = list(pod.get("imagePullSecrets") or [])
-        _append_unique(pod["imagePullSecrets"], [dict(s) for s in spec_["imagePullSecrets"]])
+        _append_unique(pod["imagePullSecrets"], [dict(s) for s in obj.spec["imagePullSecrets"]])
     # The namespace's AIMNamespaceConfig adds its pull secrets after the object's own. The
     # list is always set, empty included, so a secret removed from the config (or a deleted
     # config) is removed from an updatable template too instead of being kept by the merge.
     pod["imagePullSecrets"] = pull_secrets(world.aim_config(obj.namespace), pod.get("imagePullSecrets"))
+
+
+def _add_volumes(pod: dict[str, Any], spec_: dict[str, Any], storage: StoragePlan) -> None:
+    """The storage PVCs and the secret volumes, after the template's own (same names kept)."""
     volumes: list[dict] = list(pod.get("volumes") or [])
     new_volumes: list[dict] = []
     if storage.data_requested:
@@ -241,7 +273,13 @@ def decorate_pod_template(
     if volumes:
         pod["volumes"] = volumes
 
-    # containers
+
+def _decorate_containers(
+    pod: dict[str, Any], obj: KaiwoObject, storage: StoragePlan, role: PodRole, gpu_key: str, default_image: str
+) -> None:
+    """Storage env and mounts on every container; image, GPU env and resources on
+    the main containers; the init containers' resources."""
+    spec_ = obj.spec
     env_extra = [dict(e) for e in spec_.get("env") or []]
     if storage.hf_requested:
         env_extra.append({"name": "HF_HOME", "value": storage.hf_mount_path})
@@ -256,17 +294,15 @@ def decorate_pod_template(
             m["subPath"] = sv["subPath"]
         mounts.append(m)
 
-    generated = not obj.user_supplied
     template_res = resource_template(
         spec_.get("resources"),
         gpu_key=gpu_key,
         gpus_per_replica=role.gpus_per_pod,
-        generated=generated,
+        generated=not obj.user_supplied,
         head_memory=role.head_memory,
     )
-    image = spec_.get("image") or settings.default_ray_image
-    containers = pod.get("containers") or []
-    for c in containers:
+    image = spec_.get("image") or default_image
+    for c in pod.get("containers") or []:
         _add_storage_env_mounts(c, mounts, env_extra)
         if not c.get("image"):
             c["image"] = image
@@ -275,27 +311,6 @@ def decorate_pod_template(
     for c in pod.get("initContainers") or []:
         _add_storage_env_mounts(c, mounts, env_extra)
         apply_to_init_container(c, spec_.get("resources"))
-
-    # GPU model affinity
-    if obj.gpu_models and role.plan.gpus_per_replica > 0:
-        affinity = dict(pod.get("affinity") or {})
-        affinity["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": NODE_LABEL_GPU_MODEL, "operator": "In", "values": obj.gpu_models}]}
-                ]
-            }
-        }
-        pod["affinity"] = affinity
-
-    # tolerations
-    if settings.add_taints_to_gpu_nodes and any(container_requests_gpu(c, gpu_key) for c in containers):
-        toleration = {"key": settings.default_gpu_taint_key, "operator": "Exists", "effect": "NoSchedule"}
-        tolerations = list(pod.get("tolerations") or [])
-        if toleration not in tolerations:
-            tolerations.append(toleration)
-        pod["tolerations"] = tolerations
-    return template
 
 
 def _add_storage_env_mounts(container: dict[str, Any], mounts: list[dict], env: list[dict]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -210,18 +211,7 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         volumes.append({"name": "hf", "persistentVolumeClaim": {"claimName": plan.hf_pvc_name}})
         mounts.append({"name": "hf", "mountPath": plan.hf_mount_path})
         env.append({"name": "HF_HOME", "value": plan.hf_mount_path})
-    # One volume per Secret, restricted to the referenced keys (de-duplicated).
-    by_secret: dict[str, list[str]] = {}
-    for secret_name, secret_key in config.secret_refs():
-        keys = by_secret.setdefault(secret_name, [])
-        if secret_key not in keys:
-            keys.append(secret_key)
-    for secret_name, keys in by_secret.items():
-        volume = volume_name("secret", secret_name)
-        volumes.append(
-            {"name": volume, "secret": {"secretName": secret_name, "items": [{"key": k, "path": k} for k in keys]}}
-        )
-        mounts.append({"name": volume, "mountPath": f"{SECRETS_ROOT}/{secret_name}"})
+    _add_secret_volumes(config.secret_refs(), volumes, mounts)
     # HF_TOKEN from the namespace's AIMNamespaceConfig unless spec.env sets one.
     env += download_env(world.aim_config(obj.namespace), hf=plan.has_hf_downloads, own_env=env_names(obj.spec.get("env")))
     env += [dict(e) for e in obj.spec.get("env") or []]
@@ -255,6 +245,22 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
             },
         },
     }
+
+
+def _add_secret_volumes(refs: Iterable[tuple[str, str]], volumes: list[dict], mounts: list[dict]) -> None:
+    """One volume per Secret, restricted to the referenced keys (de-duplicated),
+    mounted at ``SECRETS_ROOT/<secret name>``."""
+    by_secret: dict[str, list[str]] = {}
+    for secret_name, secret_key in refs:
+        keys = by_secret.setdefault(secret_name, [])
+        if secret_key not in keys:
+            keys.append(secret_key)
+    for secret_name, keys in by_secret.items():
+        volume = volume_name("secret", secret_name)
+        volumes.append(
+            {"name": volume, "secret": {"secretName": secret_name, "items": [{"key": k, "path": k} for k in keys]}}
+        )
+        mounts.append({"name": volume, "mountPath": f"{SECRETS_ROOT}/{secret_name}"})
 
 
 def storage_children(obj: KaiwoObject, plan: StoragePlan, world: World) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ import pytest
 from api.kaiwo.download import ValueReference
 from kaiwo_ctrl.download import main as download_main
 from kaiwo_ctrl.download.config import read_secret, url_credentials
-from kaiwo_ctrl.download.transfer import ConfigError, EventLog, safe_join
+from kaiwo_ctrl.download.placement import safe_join
+from kaiwo_ctrl.download.transfer import ConfigError, EventLog
 
 SECRETS = [
     'pa"ss\\word-123',

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from kaiwo_ctrl.download.placement import already_present, atomic_destination, safe_join
 from kaiwo_ctrl.download.transfer import (
     AuthError,
     ConfigError,
@@ -19,9 +20,6 @@ from kaiwo_ctrl.download.transfer import (
     Runner,
     Task,
     TransientError,
-    already_present,
-    atomic_destination,
-    safe_join,
     with_retries,
 )
 

@@ -218,6 +218,6 @@ def test_overflowing_quota_fails_only_its_item(quota):
 
 
 def test_plan_normalisation_survives_an_overflowing_quantity():
-    from kaiwo_ctrl.queues.plan import _quantity
+    from kaiwo_ctrl.queues.owned import _quantity
 
     assert _quantity("1e9999999") == "1e9999999"  # left as written, compared as text

@@ -48,6 +48,6 @@ def test_differing_paths_names_fields():
     ],
 )
 def test_resource_of(path, expected):
-    from kaiwo_ctrl.runtime.client import resource_of
+    from kaiwo_ctrl.runtime.apitypes import resource_of
 
     assert resource_of(path) == expected

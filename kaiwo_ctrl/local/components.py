@@ -1,0 +1,86 @@
+"""Command lines of the simulated cluster's components (``local up --simulate``).
+
+kube-controller-manager (the job, ReplicaSet, Deployment, namespace and garbage
+collection controllers), kube-scheduler and kwok run next to etcd and
+kube-apiserver, so Pods of Jobs and Deployments are scheduled onto kwok's fake
+Nodes and finish. (Kueue, which needs its webhooks installed first, is started by
+:meth:`kaiwo_ctrl.local.controlplane.ControlPlane.start_component`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from .process import ControlPlaneError, free_port
+
+def component_args(
+    name: str, binary: Callable[[str], Path], kubeconfig: Path, directory: Path, kwok_stages: Path | None
+) -> list[str]:
+    """argv of component ``name`` connecting with ``kubeconfig``; files it needs go to ``directory``."""
+    if name == "controller-manager":
+        return [
+            str(binary("kube-controller-manager")),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--controllers=job-controller,garbage-collector-controller,namespace-controller,"
+            "replicaset-controller,deployment-controller",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
+            "--concurrent-job-syncs=10",
+        ]
+    if name == "scheduler":
+        # one scheduler, two profiles: the default one and ``kaiwo-scheduler``,
+        # the scheduler name the operator puts on the pods it generates
+        cfg_path = directory / "scheduler-config.yaml"
+        cfg_path.write_text(yaml.safe_dump(scheduler_config(str(kubeconfig))))
+        return [
+            str(binary("kube-scheduler")),
+            f"--config={cfg_path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+        ]
+    if name == "kwok":
+        if kwok_stages is None:
+            raise ControlPlaneError("kwok stages missing; run ./hack/envtest/build.sh")
+        return [
+            str(binary("kwok")),
+            f"--kubeconfig={kubeconfig}",
+            f"--config={kwok_stages}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{free_port()}",
+        ]
+    raise ControlPlaneError(f"unknown component {name!r}")
+
+
+def scheduler_config(kubeconfig: str) -> dict:
+    """kube-scheduler configuration with the default and the ``kaiwo-scheduler`` profiles.
+
+    ``kaiwo-scheduler`` packs GPU pods onto the fullest nodes first, the way a
+    GPU cluster's scheduler is usually tuned.
+    """
+    gpu_packing = {
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "RequestedToCapacityRatio",
+                "resources": [{"name": "amd.com/gpu", "weight": 5}, {"name": "nvidia.com/gpu", "weight": 5}],
+                "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]},
+            }
+        },
+    }
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {"schedulerName": "kaiwo-scheduler", "pluginConfig": [gpu_packing]},
+        ],
+    }

@@ -53,7 +53,8 @@ def writable_part(spec: ChildSpec, desired: Mapping[str, Any], existing: Mapping
     cached, trimmed child (its packed paths are read through ``get_path``)."""
     body = copy.deepcopy(dict(desired))
     for path in spec.immutable:
-        if not growing(path, get_path(desired, path), get_path(existing, path), spec.growable):
+        # only growable paths read the existing value (a packed template is not unpacked)
+        if path not in spec.growable or not growing(path, get_path(desired, path), get_path(existing, path), spec.growable):
             pop_path(body, path)
     for path in spec.foreign:
         pop_path(body, path)

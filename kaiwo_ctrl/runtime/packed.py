@@ -69,8 +69,8 @@ def unpack(value: Any) -> Any:
 
 
 def unpacked(obj: Any) -> Any:
-    """A plain copy of ``obj`` with every packed value unpacked (shares the
-    unchanged leaves: treat the result as read-only too)."""
+    """A plain copy of ``obj`` (its dicts and lists copied) with every packed
+    value unpacked: for code that copies, changes or serialises a cached object."""
     t = type(obj)
     if t is Packed:
         return unpack(obj)

@@ -88,39 +88,39 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "configmaps",
-        ("get", "list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: the download ConfigMap (informer, create, update of a drifted child); "
-        "serving/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, delete when files are removed)",
+        ("get", "list", "watch", "create", "update", "patch", "delete"),
+        "workloads/children.py: the download ConfigMap (informer, create, merge patch of a drifted child); "
+        "serving/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, update, delete when files are removed)",
     ),
     Rule(
         "",
         "persistentvolumeclaims",
-        ("list", "watch", "create", "update", "patch", "delete"),
-        "workloads/controller.py: data/HF PVCs (informer, create, update, deleted on early termination); "
+        ("list", "watch", "create", "patch", "delete"),
+        "workloads/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "
         "serving/cache.py: shared model cache PVC (create, patch of its per-Model annotation)",
     ),
     # --- workload children --------------------------------------------------
     Rule(
         "batch",
         "jobs",
-        ("get", "list", "watch", "create", "update", "patch", "delete"),
-        "workloads/controller.py: batch and download Jobs (informer, create, update, deleted on early termination); "
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "workloads/children.py: batch and download Jobs (informer, create, merge patch, deleted on early termination); "
         "serving/cache.py: cache loader and evict Jobs; "
         "webhooks/jobs.py: re-read and patch to release the finalizer of an adopted Job",
     ),
     Rule(
         "apps",
         "deployments",
-        ("list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: KaiwoService Deployments (informer, create, update, deleted on early termination)",
+        ("list", "watch", "create", "patch", "delete"),
+        "workloads/children.py: KaiwoService Deployments (informer, create, merge patch, deleted on early termination)",
     ),
-    Rule("ray.io", "rayjobs", ("list", "watch", "create", "update", "delete"), "workloads/controller.py: Ray KaiwoJobs"),
-    Rule("ray.io", "rayservices", ("list", "watch", "create", "update", "delete"), "workloads/controller.py: Ray KaiwoServices"),
+    Rule("ray.io", "rayjobs", ("list", "watch", "create", "patch", "delete"), "workloads/children.py: Ray KaiwoJobs"),
+    Rule("ray.io", "rayservices", ("list", "watch", "create", "patch", "delete"), "workloads/children.py: Ray KaiwoServices"),
     Rule(
         "workload.codeflare.dev",
         "appwrappers",
-        ("list", "watch", "create", "update", "delete"),
-        "workloads/controller.py: AppWrappers around Ray services",
+        ("list", "watch", "create", "patch", "delete"),
+        "workloads/children.py: AppWrappers around Ray services",
     ),
     Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
     Rule(
@@ -206,8 +206,9 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         KUEUE,
         "localqueues",
-        ("list", "watch", "create", "update", "delete"),
-        "queues/controller.py: informer + sync; workloads/controller.py creates a workload's missing LocalQueue",
+        ("list", "watch", "create", "update", "patch", "delete"),
+        "queues/controller.py: informer + sync; workloads/children.py creates a workload's missing LocalQueue "
+        "(patch: its child update call serves every child resource, LocalQueue included)",
     ),
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),

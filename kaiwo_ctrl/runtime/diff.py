@@ -7,6 +7,8 @@ without the paths. Both follow one set of rules:
 * Mappings: every key ``desired`` sets must match; keys only ``existing`` has
   (server defaults, other controllers' additions) are ignored. A ``None``
   value, an empty mapping or an empty list in ``desired`` asks for nothing.
+* A value a cache keeps packed (:mod:`.packed`) is compared as the value it
+  holds.
 * Lists of named mappings (every item has ``name``: containers, env,
   volumes, ports, Kueue flavors) are matched by name, and the names must be
   the same on both sides in the same order (the list is ours whole: an item
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from .packed import Packed, unpack
 
 __all__ = ["contains", "differences", "set_quantity_parser"]
 
@@ -79,6 +83,8 @@ def _named(items: list) -> bool:
 def _walk(a: Any, d: Any, path: str, key: str, parent: str, out: list[str] | None) -> bool:
     """True when ``a`` contains ``d``; appends differing paths to ``out`` (when
     given) and stops at the first difference otherwise."""
+    if type(a) is Packed:  # kept packed by a cache: compare the value it holds
+        a = unpack(a)
     if isinstance(d, Mapping):
         if not isinstance(a, Mapping):
             if not d and a is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .packed import unpack
+
 __all__ = ["meta", "rv", "uid", "name", "namespace", "key", "deleting", "get_path", "pop_path"]
 
 _EMPTY: Mapping[str, Any] = {}
@@ -51,13 +53,16 @@ def deleting(obj: Mapping[str, Any] | None) -> bool:
 
 
 def get_path(doc: Mapping[str, Any] | None, path: str) -> Any:
-    """The value at dotted ``path`` (``spec.template.spec``), ``None`` when absent."""
+    """The value at dotted ``path`` (``spec.template.spec``), ``None`` when absent
+    (a value a cache keeps packed is unpacked: :mod:`.packed`)."""
     cur: Any = doc
     for part in path.split("."):
         if not isinstance(cur, Mapping):
-            return None
+            cur = unpack(cur)
+            if not isinstance(cur, Mapping):
+                return None
         cur = cur.get(part)
-    return cur
+    return unpack(cur)
 
 
 def pop_path(doc: dict, path: str) -> None:

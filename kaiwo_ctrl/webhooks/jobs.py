@@ -48,6 +48,7 @@ from kaiwo_ctrl.queues.localqueue import desired_local_queue
 from kaiwo_ctrl.runtime.client import ApiError, Client, retry_on_conflict
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.packed import unpacked
 from kaiwo_ctrl.runtime.resources import JOBS
 from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
 from kaiwo_ctrl.workloads.resources import container_requests_gpu
@@ -191,7 +192,7 @@ class JobWebhooks:
         if labels.get(LABEL_MANAGED) != "true" or controlled_by_kaiwojob(job) or meta.get("deletionTimestamp"):
             return
         try:
-            await self._ensure_kaiwojob(tracking_kaiwojob(job, user))
+            await self._ensure_kaiwojob(tracking_kaiwojob(unpacked(job), user))  # the cache packs the pod template
         except ApiError as e:
             log.error("cannot create the tracking KaiwoJob", extra={"namespace": ns, "object": name, "error": str(e)})
 

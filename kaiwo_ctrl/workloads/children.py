@@ -1,11 +1,14 @@
 """Applying a workload's desired children: create what is absent, update what
 differs, never write what we do not control.
 
-An existing child is updated with a PUT of the cached object with our fields
-merged in (resourceVersion guarded) when it does not already contain what we
-want. Its ``ChildSpec.immutable`` paths (a larger request on a ``growable``
-path stays: volume expansion) and ``ChildSpec.foreign`` fields (e.g.
-``spec.suspend`` under Kueue) are never sent. A child the API server refuses
+An existing child that does not already contain what we want is updated with
+a JSON merge patch of only the fields we set, guarded by the cached
+``metadata.resourceVersion`` (a conflict fails the pass, which is retried), so
+the cache never needs the fields we do not own. Mappings merge key by key
+(others' keys stay), lists and scalars are replaced (an env variable removed
+from the spec goes away). Its ``ChildSpec.immutable`` paths (a larger request
+on a ``growable`` path stays: volume expansion) and ``ChildSpec.foreign``
+fields (e.g. ``spec.suspend`` under Kueue) are never sent. A child the API server refuses
 to create puts the workload in ERROR (``SpecValid=False/ChildRejected``); a
 change it refuses on an existing child joins ``SpecChangeNotApplied``. Neither
 is retried until the spec changes.
@@ -46,10 +49,12 @@ class LocalQueueError(RuntimeError):
 def writable_part(spec: ChildSpec, desired: Mapping[str, Any], existing: Mapping[str, Any]) -> dict:
     """``desired`` without what must not be sent to the existing child: its
     immutable paths (unless growing a growable one), fields other controllers
-    own, and the owner references (already verified)."""
+    own, and the owner references (already verified). ``existing`` may be a
+    cached, trimmed child (its packed paths are read through ``get_path``)."""
     body = copy.deepcopy(dict(desired))
     for path in spec.immutable:
-        if not growing(path, get_path(desired, path), get_path(existing, path), spec.growable):
+        # only growable paths read the existing value (a packed template is not unpacked)
+        if path not in spec.growable or not growing(path, get_path(desired, path), get_path(existing, path), spec.growable):
             pop_path(body, path)
     for path in spec.foreign:
         pop_path(body, path)
@@ -57,21 +62,12 @@ def writable_part(spec: ChildSpec, desired: Mapping[str, Any], existing: Mapping
     return body
 
 
-def merge_into(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict:
-    """The existing object with ``desired`` laid over it: mappings merge key
-    by key (others' keys stay), lists and scalars are replaced (so an env
-    variable removed from the spec goes away)."""
-    out = copy.deepcopy(dict(existing))
-
-    def merge(dst: dict, src: Mapping[str, Any]) -> None:
-        for k, v in src.items():
-            if isinstance(v, Mapping) and isinstance(dst.get(k), dict):
-                merge(dst[k], v)
-            else:
-                dst[k] = copy.deepcopy(v)
-
-    merge(out, desired)
-    return out
+def update_patch(body: Mapping[str, Any], existing: Mapping[str, Any]) -> dict:
+    """The merge patch that lays ``body`` (from :func:`writable_part`) over
+    ``existing``: ``body`` itself, guarded by ``existing``'s resourceVersion."""
+    patch = dict(body)
+    patch["metadata"] = {**(body.get("metadata") or {}), "resourceVersion": _rv(existing)}
+    return patch
 
 
 def created_message(res: Resource, name: str) -> str:
@@ -142,7 +138,7 @@ class ChildApplier:
         if child in self.rejected.get(_key(owner), {}):
             return  # refused for this generation already: reported, not retried
         try:
-            result = await self.client.replace(CHILD_RESOURCES[spec.kind], merge_into(existing, body))
+            result = await self.client.patch(CHILD_RESOURCES[spec.kind], name, update_patch(body, existing), ns)
         except ApiError as e:
             if e.invalid or e.forbidden:  # validation or admission (e.g. PVC resize) said no
                 self._reject(owner, child, [f"{child}:{p}" for p in differing_paths(existing, body)], e)

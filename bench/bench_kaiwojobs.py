@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import logging
 import os
 import pstats
@@ -142,6 +143,12 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int, events: b
     recs = workloads.setup(mgr, workers=workers)
     shared = recs["KaiwoJob"].shared
     stop = asyncio.Event()
+    # Each round's operator starts from a clean heap, as a new process would:
+    # the manager freezes its heap after the caches sync (runtime/heap.py),
+    # which in this one process would otherwise keep every earlier round's
+    # operator alive and make each settle collect the previous round's garbage.
+    gc.unfreeze()
+    gc.collect()
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
     task = asyncio.create_task(mgr.run(stop))

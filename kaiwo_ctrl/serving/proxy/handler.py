@@ -21,16 +21,17 @@ import re
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
+from kaiwo_ctrl.runtime.http1 import Pool
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
+from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, request_timeout, selectors_of
+from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
@@ -70,21 +71,17 @@ class ProxyHandler:
     ) -> None:
         self.resolver, self.tracker, self.metrics, self.scaler = resolver, tracker, metrics, scaler
         self.default_timeout = default_timeout
-        self.session: aiohttp.ClientSession | None = None
-
-    async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None)
+        self._states: dict[tuple[str, str], ModelState] = {}
         # No overall limit (generations are long; the Model's timeout bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT)
-        self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=timeout, skip_auto_headers=("User-Agent",)
-        )
+        self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0)
+
+    async def start(self) -> None:
+        pass
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        await self.pool.close()
 
     # ------------------------------------------------------------- routes
     async def openai(self, request: web.Request) -> web.StreamResponse:
@@ -156,40 +153,31 @@ class ProxyHandler:
             body = orjson.dumps(parsed)
         return await self._serve(request, route, target, body, parsed, t0)
 
+    def _state(self, t: Target) -> ModelState:
+        """What a request needs of its Model, derived once per Model version."""
+        key = (t.namespace, t.name)
+        st = self._states.get(key)
+        if st is None or st.model is not t.model:
+            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
+        return st
+
     async def _serve(self, request: web.Request, route: str, t: Target, body: bytes, parsed: Any, t0: float) -> web.StreamResponse:
-        labels = (t.namespace, t.name)
-        active = self.metrics.active.labels(*labels)
-        active.inc()
-        timing = {"wait": 0.0, "sent": 0.0}
+        st = self._state(t)
+        st.active.inc()
+        ex = Exchange(self, self.tracker.group(st.key), t)
         code = "000"
         try:
-            async with asyncio.timeout(request_timeout(t.model, self.default_timeout)):
+            async with asyncio.timeout(st.timeout):
                 try:
                     if self.scaler is not None:
                         await self.scaler.ensure_running(t)
-                    group = self.tracker.group(labels)
-                    lb = (t.spec.get("loadBalancing") or {})
-                    key = ""
-                    if lb.get("strategy") == "PrefixHash":
-                        ph = lb.get("prefixHash") or {}
-                        key = t.adapter + extract_prefix(route, parsed or {}, int(ph.get("prefixCharLength", 100)))
-
-                    async def acquire(skip: frozenset[str]) -> Endpoint:
-                        w0 = time.perf_counter()
-                        try:
-                            return await self._acquire(group, t, key, skip)
-                        finally:
-                            timing["wait"] += time.perf_counter() - w0
-
-                    def sent() -> None:
-                        if not timing["sent"]:
-                            timing["sent"] = time.perf_counter()
-
-                    path = "/v1/" + route + (("?" + request.query_string) if request.query_string else "")
-                    assert self.session is not None, "ProxyHandler.start() was not awaited"
+                    if st.prefix is not None:
+                        ex.key = t.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
+                    _, _, query = request.raw_path.partition("?")
+                    path = "/v1/" + route + ("?" + query if query else "")
                     resp = await forward(
-                        request, self.session, path, body, request_headers(request.headers), acquire, group.release,
-                        lambda reason: self.metrics.retries.labels(reason).inc(), sent,
+                        request, self.pool, path, body, request_headers(request.raw_headers), ex.acquire, ex.group.release,
+                        ex.retry, ex.sent,
                     )
                     code = str(resp.status)
                     return resp
@@ -207,19 +195,19 @@ class ProxyHandler:
             code = "499"  # the client went away
             raise
         finally:
-            active.dec()
-            self.metrics.requests.labels(*labels, code).inc()
-            self.metrics.duration.labels(*labels, code).observe(time.perf_counter() - t0)
-            if timing["sent"]:
-                self.metrics.overhead.observe(max(0.0, timing["sent"] - t0 - timing["wait"]))
+            st.active.dec()
+            requests, duration = st.by_code(code)
+            requests.inc()
+            duration.observe(time.perf_counter() - t0)
+            if ex.sent_at:
+                self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint:
         while True:
             changed = group.changed()
-            lb = (t.spec.get("loadBalancing") or {})  # read at request time
-            if lb.get("strategy") == "PrefixHash":
-                ph = lb.get("prefixHash") or {}
-                c = group.choose_prefix(key, int(ph.get("replication", 256)), int(ph.get("meanLoadFactor", 125)), t.adapter, skip)
+            prefix = self._state(t).prefix  # the strategy is read at request time
+            if prefix is not None:
+                c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
                 ep = c.endpoint
                 if ep is not None:
                     outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")

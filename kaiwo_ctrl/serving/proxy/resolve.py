@@ -66,7 +66,9 @@ class Resolver:
         self.models = models
         models.add_indexer(NAME_INDEX, index_by_name)
 
-    def _visible(self, objs: Sequence[Mapping[str, Any]], selectors: list[Requirement]) -> list[Mapping[str, Any]]:
+    def _visible(self, objs: Sequence[Mapping[str, Any]], selectors: list[Requirement]) -> Sequence[Mapping[str, Any]]:
+        if not selectors:
+            return objs
         return [m for m in objs if matches(selectors, m["metadata"].get("labels"))]
 
     def resolve(self, requested: str, selectors: list[Requirement], namespace: str | None = None) -> Target:

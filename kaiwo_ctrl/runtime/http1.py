@@ -1,0 +1,411 @@
+"""A lean HTTP/1.1 client: keep-alive connection pools on asyncio protocols.
+
+Made for hops where the per-request CPU matters (a proxy's upstream hop): the
+request is one ``transport.write`` of bytes the caller mostly pre-encoded, the
+response is parsed by httptools (llhttp, in C), and nothing is decoded or
+copied that the caller does not ask for.
+
+* :class:`Pool` keeps idle connections per authority (``host:port``), reused
+  last-in first-out; an idle connection the server closes leaves the pool at
+  once, one idle longer than ``idle_timeout`` is closed when next seen.
+* :meth:`Pool.request` sends one request (a body of bytes, with its
+  Content-Length) and returns a :class:`Response` once the status line and
+  headers are in. Its body is read whole (:meth:`Response.read`) or iterated
+  as it arrives (``async for chunk in response``), with flow control: reading
+  from the socket pauses while more than ``buffer_limit`` bytes wait.
+* :meth:`Response.release` hands the connection back when the response was
+  read to its end and both sides keep it alive; otherwise it closes it.
+  Cancelling a request (or abandoning its response) closes its connection, so
+  the server sees the client go.
+* Errors: :class:`ConnectError` (no connection within ``connect_timeout``, or
+  refused), :class:`RemoteClosed` (the connection ended before the response
+  did), :class:`ProtocolError` (unparsable response); all are
+  :class:`TransportError`, an ``OSError``. ``read_timeout`` (optional) bounds
+  each wait for the server's next bytes and raises ``TimeoutError``.
+
+Not supported (not needed by its users): HEAD requests, 1xx interim answers,
+upgrades, TLS, proxies, pipelining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+
+import httptools
+
+BUFFER_LIMIT = 1 << 20
+
+
+class TransportError(OSError):
+    """The exchange failed below HTTP: no connection, a broken one, or garbage."""
+
+
+class ConnectError(TransportError):
+    pass
+
+
+class RemoteClosed(TransportError):
+    pass
+
+
+class ProtocolError(TransportError):
+    pass
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; carries one exchange at a time."""
+
+    __slots__ = (
+        "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
+        "reused", "_waiter", "_paused", "_write_paused", "_drain",
+    )
+
+    def __init__(self, pool: Pool, key: str) -> None:
+        self.pool, self.key = pool, key
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.idle_since = 0.0
+        self.closed = False
+        self.response: Response | None = None
+        self.reused = False  # served an exchange before
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+
+    # asyncio protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None:
+            self.abort()  # bytes while idle: the server is confused; never reuse this connection
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail(ProtocolError(f"bad response: {e}"))
+            self.abort()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool._forget(self)
+        r = self.response
+        if r is not None and not r.complete:
+            if r._headers_done and r._until_eof and exc is None:
+                self.on_message_complete()  # a body delimited by the connection's end
+            else:
+                self._fail(RemoteClosed("connection closed before the response ended" + (f": {exc}" if exc else "")))
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(RemoteClosed("connection closed while sending"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        assert self.response is not None
+        self.response.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        r = self.response
+        assert r is not None and self.parser is not None
+        r.status = self.parser.get_status_code()
+        r.keep_alive = self.parser.should_keep_alive()
+        chunked = False
+        for k, v in r.headers:
+            lk = k.lower()
+            if lk == b"content-length":
+                r.content_length = int(v)
+            elif lk == b"transfer-encoding":
+                chunked = b"chunked" in v.lower()
+        r._until_eof = r.content_length is None and not chunked and r.status not in (204, 304)
+        r._headers_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        r = self.response
+        assert r is not None
+        r._chunks.append(body)
+        r._buffered += len(body)
+        if r._buffered > self.pool.buffer_limit and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        r = self.response
+        assert r is not None
+        r.complete = True
+        self.parser = None
+        self._wake()
+
+    # helpers
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        r = self.response
+        if r is not None and r._error is None:
+            r._error = exc
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_exception(exc)
+
+    async def wait(self) -> None:
+        """Until the parser reports progress (or the read timeout passes)."""
+        self._waiter = w = self.loop.create_future()
+        timeout = self.pool.read_timeout
+        handle = self.loop.call_later(timeout, self._timed_out, w) if timeout is not None else None
+        try:
+            await w
+        finally:
+            self._waiter = None
+            if handle is not None:
+                handle.cancel()
+
+    def _timed_out(self, w: asyncio.Future[None]) -> None:
+        if not w.done():
+            w.set_exception(TimeoutError("no data from the server within the read timeout"))
+            self.abort()
+
+    def consumed(self, n: int) -> None:
+        r = self.response
+        assert r is not None
+        r._buffered -= n
+        if self._paused and r._buffered <= self.pool.buffer_limit // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+        self.pool._forget(self)
+
+    async def send(self, head: bytes, body: bytes) -> None:
+        t = self.transport
+        assert t is not None
+        if len(body) < 65536:
+            t.write(head + body)
+        else:
+            t.write(head)
+            t.write(body)
+        if self._write_paused:
+            self._drain = self.loop.create_future()
+            try:
+                await self._drain
+            finally:
+                self._drain = None
+
+
+class Response:
+    """The answer to one request; read it, or iterate it, then :meth:`release`."""
+
+    __slots__ = (
+        "status", "headers", "content_length", "keep_alive", "complete", "_conn",
+        "_chunks", "_buffered", "_headers_done", "_until_eof", "_error", "_released",
+    )
+
+    def __init__(self, conn: _Conn) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []  # as received, in order
+        self.content_length: int | None = None
+        self.keep_alive = False
+        self.complete = False
+        self._conn = conn
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._headers_done = False
+        self._until_eof = False
+        self._error: BaseException | None = None
+        self._released = False
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header (``name`` lower-case)."""
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    def _take(self) -> bytes:
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks = []
+        self._conn.consumed(len(data))
+        return data
+
+    async def read(self) -> bytes:
+        """The whole (rest of the) body."""
+        parts = []
+        async for chunk in self:
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[bytes]:
+        while True:
+            if self._chunks:
+                yield self._take()
+                continue
+            if self.complete:
+                return
+            if self._error is not None:
+                raise self._error
+            await self._conn.wait()
+
+    def release(self) -> None:
+        """Give the connection back (kept alive only after a complete, keep-alive exchange)."""
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        conn.response = None
+        if self.complete and self.keep_alive and not conn.closed:
+            conn.pool._put(conn)
+        else:
+            conn.abort()
+
+    async def __aenter__(self) -> Response:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class _Host:
+    __slots__ = ("host", "port", "idle")
+
+    def __init__(self, key: str) -> None:
+        host, _, port = key.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"authority must be host:port, got {key!r}")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.idle: list[_Conn] = []
+
+
+class Pool:
+    """Keep-alive HTTP/1.1 connections per ``host:port``; see the module docstring."""
+
+    def __init__(
+        self, *, connect_timeout: float | None = 5.0, read_timeout: float | None = None, idle_timeout: float = 60.0,
+        max_idle_per_host: int = 256, buffer_limit: int = BUFFER_LIMIT,
+    ) -> None:
+        self.connect_timeout, self.read_timeout, self.idle_timeout = connect_timeout, read_timeout, idle_timeout
+        self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
+        self._hosts: dict[str, _Host] = {}
+        self._busy: set[_Conn] = set()
+
+    def idle_count(self, authority: str) -> int:
+        h = self._hosts.get(authority)
+        return len(h.idle) if h else 0
+
+    async def request(
+        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes = b"",
+    ) -> Response:
+        """Send ``method target`` to ``authority`` (``host:port``).
+
+        ``headers`` are sent as given (name, value) plus ``Content-Length``
+        for the body; add ``Host`` yourself (the authority is used when absent
+        from ``headers``). Returns once the response's headers are in.
+        """
+        if method == "HEAD":
+            raise ValueError("HEAD is not supported")
+        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
+        has_host = False
+        for k, v in headers:
+            if not has_host and len(k) == 4 and k.lower() == b"host":
+                has_host = True
+            head.append(k + b": " + v + b"\r\n")
+        if not has_host:
+            head.append(b"Host: " + authority.encode("latin-1") + b"\r\n")
+        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        data = b"".join(head)
+        while True:
+            conn = await self._acquire(authority)
+            resp = conn.response = Response(conn)
+            conn.parser = httptools.HttpResponseParser(conn)
+            try:
+                await conn.send(data, body)
+                while not resp._headers_done:
+                    if resp._error is not None:
+                        raise resp._error
+                    await conn.wait()
+            except RemoteClosed:
+                resp.release()
+                if conn.reused and not resp.headers and resp._error is not None:
+                    continue  # a kept-alive connection the server had just closed: once more on a new one
+                raise
+            except BaseException:
+                resp.release()  # not complete: closes the connection, so the server sees us go
+                raise
+            return resp
+
+    async def _acquire(self, key: str) -> _Conn:
+        h = self._hosts.get(key)
+        if h is None:
+            h = self._hosts[key] = _Host(key)
+        idle = h.idle
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                continue
+            if conn.loop.time() - conn.idle_since > self.idle_timeout:
+                conn.abort()
+                continue
+            conn.reused = True
+            self._busy.add(conn)
+            return conn
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(lambda: _Conn(self, key), h.host, h.port)
+        except TimeoutError as e:
+            raise ConnectError(f"no connection to {key} within {self.connect_timeout}s") from e
+        except OSError as e:
+            raise ConnectError(f"cannot connect to {key}: {e.strerror or e}") from e
+        self._busy.add(conn)
+        return conn
+
+    def _put(self, conn: _Conn) -> None:
+        self._busy.discard(conn)
+        h = self._hosts.get(conn.key)
+        if h is None or len(h.idle) >= self.max_idle_per_host:
+            conn.abort()
+            return
+        if conn._paused and conn.transport is not None:
+            conn._paused = False
+            conn.transport.resume_reading()
+        now = conn.idle_since = conn.loop.time()
+        while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
+            h.idle.pop(0).abort()  # the oldest first: they sit at the front
+        h.idle.append(conn)
+
+    def _forget(self, conn: _Conn) -> None:
+        self._busy.discard(conn)
+        h = self._hosts.get(conn.key)
+        if h is not None and conn in h.idle:
+            h.idle.remove(conn)
+
+    async def close(self) -> None:
+        """Close every connection, idle or busy."""
+        conns = [c for h in self._hosts.values() for c in h.idle] + list(self._busy)
+        for c in conns:
+            c.abort()
+        self._hosts.clear()
+        self._busy.clear()

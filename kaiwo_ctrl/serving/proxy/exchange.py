@@ -1,0 +1,72 @@
+"""Per-Model and per-request bookkeeping of the proxy's hot path.
+
+:class:`ModelState` holds what every request for a Model needs and would
+otherwise recompute: its deadline, its load-balancing parameters and its
+labelled metric series. It is derived once per version of the cached Model
+(the informer replaces the object on every change, so identity tells).
+
+:class:`Exchange` is one request's state across its attempts: the time spent
+waiting for an endpoint (left out of the proxy's own overhead) and when the
+first upstream request went out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.endpoints import Group
+from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.proxy.resolve import Target, request_timeout
+
+
+class ModelState:
+    __slots__ = ("model", "key", "timeout", "prefix", "active", "_metrics", "_codes")
+
+    def __init__(self, model: Mapping[str, Any], key: tuple[str, str], metrics: ProxyMetrics, default_timeout: float | None) -> None:
+        self.model, self.key = model, key
+        self.timeout = request_timeout(model, default_timeout)
+        lb = (model.get("spec") or {}).get("loadBalancing") or {}
+        #: (prefixCharLength, replication, meanLoadFactor) under PrefixHash, else None (LeastLoad)
+        self.prefix: tuple[int, int, int] | None = None
+        if lb.get("strategy") == "PrefixHash":
+            ph = lb.get("prefixHash") or {}
+            self.prefix = (int(ph.get("prefixCharLength", 100)), int(ph.get("replication", 256)), int(ph.get("meanLoadFactor", 125)))
+        self.active = metrics.active.labels(*key)
+        self._metrics = metrics
+        self._codes: dict[str, tuple[Any, Any]] = {}
+
+    def by_code(self, code: str) -> tuple[Any, Any]:
+        """The (requests counter, duration histogram) series of a status code."""
+        series = self._codes.get(code)
+        if series is None:
+            m = self._metrics
+            series = self._codes[code] = (m.requests.labels(*self.key, code), m.duration.labels(*self.key, code))
+        return series
+
+
+class Exchange:
+    __slots__ = ("handler", "group", "target", "key", "waited", "sent_at")
+
+    def __init__(self, handler: Any, group: Group, target: Target) -> None:
+        self.handler, self.group, self.target = handler, group, target
+        self.key = ""  # the PrefixHash key
+        self.waited = 0.0
+        self.sent_at = 0.0
+
+    async def acquire(self, skip: frozenset[str]) -> Endpoint:
+        w0 = time.perf_counter()
+        try:
+            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip)
+            return ep
+        finally:
+            self.waited += time.perf_counter() - w0
+
+    def sent(self) -> None:
+        if not self.sent_at:
+            self.sent_at = time.perf_counter()
+
+    def retry(self, reason: str) -> None:
+        self.handler.metrics.retries.labels(reason).inc()

@@ -7,7 +7,9 @@ copied that the caller does not ask for.
 
 * :class:`Pool` keeps idle connections per authority (``host:port``), reused
   last-in first-out; an idle connection the server closes leaves the pool at
-  once, one idle longer than ``idle_timeout`` is closed when next seen.
+  once, one idle longer than ``idle_timeout`` is closed (a sweep runs every
+  ``idle_timeout`` while any connection is idle, so the connections of a
+  server that went away do not linger).
 * :meth:`Pool.request` sends one request (a body of bytes, with its
   Content-Length) and returns a :class:`Response` once the status line and
   headers are in. Its body is read whole (:meth:`Response.read`) or iterated
@@ -310,6 +312,7 @@ class Pool:
         self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
         self._hosts: dict[str, _Host] = {}
         self._busy: set[_Conn] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def idle_count(self, authority: str) -> int:
         h = self._hosts.get(authority)
@@ -395,6 +398,21 @@ class Pool:
         while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
             h.idle.pop(0).abort()  # the oldest first: they sit at the front
         h.idle.append(conn)
+        if self._sweeper is None:
+            self._sweeper = conn.loop.call_later(self.idle_timeout, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close connections idle longer than ``idle_timeout``; forget hosts with none left."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for key, h in list(self._hosts.items()):
+            while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
+                h.idle.pop(0).abort()
+            if not h.idle and not any(c.key == key for c in self._busy):
+                del self._hosts[key]
+        if any(h.idle for h in self._hosts.values()):
+            self._sweeper = loop.call_later(self.idle_timeout, self._sweep)
 
     def _forget(self, conn: _Conn) -> None:
         self._busy.discard(conn)
@@ -404,6 +422,9 @@ class Pool:
 
     async def close(self) -> None:
         """Close every connection, idle or busy."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         conns = [c for h in self._hosts.values() for c in h.idle] + list(self._busy)
         for c in conns:
             c.abort()

@@ -78,7 +78,7 @@ class ProxyHandler:
         self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0)
 
     async def start(self) -> None:
-        pass
+        """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
         await self.pool.close()

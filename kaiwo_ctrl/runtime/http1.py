@@ -55,15 +55,48 @@ class ProtocolError(TransportError):
     pass
 
 
-class _Conn(asyncio.Protocol):
+class WriteFlow(asyncio.Protocol):
+    """Write flow control of a protocol: :meth:`drain` waits while the transport's buffer is full."""
+
+    __slots__ = ("write_paused", "_drain")
+
+    def __init__(self) -> None:
+        self.write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    async def drain(self) -> None:
+        if self.write_paused:
+            self._drain = asyncio.get_running_loop().create_future()
+            try:
+                await self._drain
+            finally:
+                self._drain = None
+
+    def drain_failed(self, exc: BaseException) -> None:
+        """The connection is gone: a waiting :meth:`drain` raises ``exc``, later ones return at once."""
+        self.write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(exc)
+
+
+class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
         "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
-        "reused", "_waiter", "_paused", "_write_paused", "_drain",
+        "reused", "_waiter", "_paused",
     )
 
     def __init__(self, pool: Pool, key: str) -> None:
+        super().__init__()
         self.pool, self.key = pool, key
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -74,8 +107,6 @@ class _Conn(asyncio.Protocol):
         self.reused = False  # served an exchange before
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
-        self._write_paused = False
-        self._drain: asyncio.Future[None] | None = None
 
     # asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -103,16 +134,7 @@ class _Conn(asyncio.Protocol):
                 self.on_message_complete()  # a body delimited by the connection's end
             else:
                 self._fail(RemoteClosed("connection closed before the response ended" + (f": {exc}" if exc else "")))
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(RemoteClosed("connection closed while sending"))
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+        self.drain_failed(RemoteClosed("connection closed while sending"))
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -206,12 +228,7 @@ class _Conn(asyncio.Protocol):
         else:
             t.write(head)
             t.write(body)
-        if self._write_paused:
-            self._drain = self.loop.create_future()
-            try:
-                await self._drain
-            finally:
-                self._drain = None
+        await self.drain()
 
 
 class Response:

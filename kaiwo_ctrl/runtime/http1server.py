@@ -30,6 +30,8 @@ from http import HTTPStatus
 
 import httptools
 
+from kaiwo_ctrl.runtime.http1 import WriteFlow
+
 log = logging.getLogger("kaiwo_ctrl.runtime.http1server")
 
 Headers = Iterable[tuple[bytes, bytes]]
@@ -139,15 +141,14 @@ class Request:
 Handler = Callable[[Request], Awaitable["Response | Streamed"]]
 
 
-class _Conn(asyncio.Protocol):
+class _Conn(WriteFlow):
     def __init__(self, server: Server) -> None:
+        super().__init__()
         self.server = server
         self.loop = server.loop
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.parser = httptools.HttpRequestParser(self)
         self.closed = False
-        self.write_paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_bytes = 0
@@ -188,24 +189,7 @@ class _Conn(asyncio.Protocol):
         self._queue.clear()
         if self._task is not None:
             self._task.cancel()  # the client went away: so does its request
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(ConnectionResetError("the client went away"))
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-
-    async def drain(self) -> None:
-        if self.write_paused and not self.closed:
-            self._drain = self.loop.create_future()
-            try:
-                await self._drain
-            finally:
-                self._drain = None
+        self.drain_failed(ConnectionResetError("the client went away"))
 
     # httptools callbacks
     def on_message_begin(self) -> None:

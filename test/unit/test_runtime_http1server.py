@@ -43,6 +43,11 @@ class App:
                 raise
             self.finished += 1
             return Response(200, [], b"done")
+        if name == "big":
+            s = await request.stream(200, [])
+            for _ in range(128):
+                await s.write(b"z" * 65536)  # waits while the client's socket buffer is full
+            return s
         if name == "fail":
             raise RuntimeError("boom")
         return Response(404, [], b"")
@@ -185,3 +190,15 @@ async def test_close_drains_requests_in_flight(served):
         assert r.status == 200 and await r.read() == b"done"
         await closing
     assert app.finished == 1 and app.cancelled == 0
+
+
+async def test_large_stream_to_a_slow_reader_waits_for_the_socket(served):
+    _, _, _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+    try:
+        writer.write(b"GET /big HTTP/1.0\r\n\r\n")
+        await asyncio.sleep(0.2)  # let the server fill the socket buffers and pause
+        data = await asyncio.wait_for(reader.read(-1), 30)
+        assert data.endswith(b"z" * 1000) and len(data.partition(b"\r\n\r\n")[2]) == 128 * 65536
+    finally:
+        writer.close()

@@ -49,13 +49,12 @@ def _named(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
 
-def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
-    """The client's headers to send upstream (raw name/value bytes, order kept)."""
+def _without_hop_by_hop(raw: RawHeaders, drop: frozenset[bytes], inbound: bool) -> list[tuple[bytes, bytes]]:
     out = []
     named: set[bytes] | None = None
     for k, v in raw:
         lk = k.lower()
-        if lk in _INBOUND_DROP or lk.startswith(b"x-forwarded-"):
+        if lk in drop or (inbound and lk.startswith(b"x-forwarded-")):
             if lk == b"connection":
                 named = _named(v) if named is None else named | _named(v)
             continue
@@ -65,19 +64,14 @@ def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
+    """The client's headers to send upstream (raw name/value bytes, order kept)."""
+    return _without_hop_by_hop(raw, _INBOUND_DROP, True)
+
+
 def response_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
     """The server's headers to send the client, plus ``X-Proxy``."""
-    out = []
-    named: set[bytes] | None = None
-    for k, v in raw:
-        lk = k.lower()
-        if lk in HOP_BY_HOP:
-            if lk == b"connection":
-                named = _named(v) if named is None else named | _named(v)
-            continue
-        out.append((k, v))
-    if named:
-        out = [(k, v) for k, v in out if k.lower() not in named]
+    out = _without_hop_by_hop(raw, HOP_BY_HOP, False)
     out.append(PROXY_HEADER)
     return out
 

@@ -276,7 +276,7 @@ class _Conn(WriteFlow):
         elif req.version == "1.0":
             extra = b"Connection: keep-alive\r\n" + extra
         head = _head(resp.status, resp.headers, extra, req.version.encode() if req.version in ("1.0", "1.1") else b"1.1")
-        body = resp.body
+        body = resp.body if req.method != "HEAD" else b""  # a HEAD answer has the headers only
         if len(body) < 65536:
             self.transport.write(head + body)
         else:

@@ -169,6 +169,14 @@ async def test_limits_and_bad_requests(served):
     assert both.startswith(b"HTTP/1.1 400 "), "ambiguous framing is refused (request smuggling)"
 
 
+async def test_head_answer_has_no_body_and_keeps_the_connection_usable(served):
+    _, _, _, port = served
+    out = await raw(port, b"HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nq",
+                    until=b"POST q")
+    first, _, rest = out.partition(b"\r\n\r\n")
+    assert b"Content-Length: 5" in first and rest.startswith(b"HTTP/1.1 200 OK"), out
+
+
 async def test_http10_closes_and_streams_close_delimited(served):
     app, _, _, port = served
     out = await raw(port, b"POST /echo HTTP/1.0\r\nContent-Length: 1\r\n\r\nz", read_all=True)

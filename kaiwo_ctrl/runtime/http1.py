@@ -1,32 +1,27 @@
 """A lean HTTP/1.1 client: keep-alive connection pools on asyncio protocols.
 
-Made for hops where the per-request CPU matters (a proxy's upstream hop): the
-request is one ``transport.write`` of bytes the caller mostly pre-encoded, the
-response is parsed by httptools (llhttp, in C), and nothing is decoded or
-copied that the caller does not ask for.
+For hops where CPU per request matters (a proxy's upstream hop): a request is
+one ``transport.write`` of bytes the caller mostly pre-encoded, the response is
+parsed by httptools (llhttp, in C), and nothing is decoded that the caller
+does not ask for.
 
-* :class:`Pool` keeps idle connections per authority (``host:port``), reused
-  last-in first-out; an idle connection the server closes leaves the pool at
-  once, one idle longer than ``idle_timeout`` is closed (a sweep runs every
-  ``idle_timeout`` while any connection is idle, so the connections of a
-  server that went away do not linger).
-* :meth:`Pool.request` sends one request (a body of bytes, with its
-  Content-Length) and returns a :class:`Response` once the status line and
-  headers are in. Its body is read whole (:meth:`Response.read`) or iterated
-  as it arrives (``async for chunk in response``), with flow control: reading
-  from the socket pauses while more than ``buffer_limit`` bytes wait.
-* :meth:`Response.release` hands the connection back when the response was
-  read to its end and both sides keep it alive; otherwise it closes it.
-  Cancelling a request (or abandoning its response) closes its connection, so
-  the server sees the client go.
-* Errors: :class:`ConnectError` (no connection within ``connect_timeout``, or
-  refused), :class:`RemoteClosed` (the connection ended before the response
-  did), :class:`ProtocolError` (unparsable response); all are
-  :class:`TransportError`, an ``OSError``. ``read_timeout`` (optional) bounds
-  each wait for the server's next bytes and raises ``TimeoutError``.
+* :class:`Pool` keeps idle connections per ``host:port``, reused last-in
+  first-out. One the server closes leaves at once; one idle longer than
+  ``idle_timeout`` is closed (a sweep runs while any is idle, so a server that
+  went away leaves no connections behind).
+* :meth:`Pool.request` sends a request with a bytes body and returns a
+  :class:`Response` once its headers are in; its body is read whole or
+  iterated as it arrives (``async for``), reading paused while more than
+  ``buffer_limit`` bytes wait. :meth:`Response.release` keeps the connection
+  only after a complete keep-alive exchange; cancelling a request or
+  abandoning a response closes it, so the server sees the client go.
+* Errors are :class:`TransportError` (an ``OSError``): :class:`ConnectError`
+  (refused, or no connection within ``connect_timeout``), :class:`RemoteClosed`
+  (closed before the response ended), :class:`ProtocolError`; an optional
+  ``read_timeout`` bounds each wait for the server and raises ``TimeoutError``.
 
-Not supported (not needed by its users): HEAD requests, 1xx interim answers,
-upgrades, TLS, proxies, pipelining.
+Not supported (not needed by its users): HEAD, 1xx answers, upgrades, TLS,
+proxies, pipelining.
 """
 
 from __future__ import annotations
@@ -35,6 +30,8 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 
 import httptools
+
+from kaiwo_ctrl.runtime.http1flow import WriteFlow
 
 BUFFER_LIMIT = 1 << 20
 
@@ -53,38 +50,6 @@ class RemoteClosed(TransportError):
 
 class ProtocolError(TransportError):
     pass
-
-
-class WriteFlow(asyncio.Protocol):
-    """Write flow control of a protocol: :meth:`drain` waits while the transport's buffer is full."""
-
-    __slots__ = ("write_paused", "_drain")
-
-    def __init__(self) -> None:
-        self.write_paused = False
-        self._drain: asyncio.Future[None] | None = None
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-
-    async def drain(self) -> None:
-        if self.write_paused:
-            self._drain = asyncio.get_running_loop().create_future()
-            try:
-                await self._drain
-            finally:
-                self._drain = None
-
-    def drain_failed(self, exc: BaseException) -> None:
-        """The connection is gone: a waiting :meth:`drain` raises ``exc``, later ones return at once."""
-        self.write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(exc)
 
 
 class _Conn(WriteFlow):
@@ -315,7 +280,11 @@ class _Host:
         if not host or not port.isdigit():
             raise ValueError(f"authority must be host:port, got {key!r}")
         self.host, self.port = host.strip("[]"), int(port)
-        self.idle: list[_Conn] = []
+        self.idle: list[_Conn] = []  # the oldest first
+
+    def trim(self, idle_before: float) -> None:
+        while self.idle and self.idle[0].idle_since < idle_before:
+            self.idle.pop(0).abort()
 
 
 class Pool:
@@ -411,9 +380,8 @@ class Pool:
         if conn._paused and conn.transport is not None:
             conn._paused = False
             conn.transport.resume_reading()
-        now = conn.idle_since = conn.loop.time()
-        while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
-            h.idle.pop(0).abort()  # the oldest first: they sit at the front
+        conn.idle_since = conn.loop.time()
+        h.trim(conn.idle_since - self.idle_timeout)
         h.idle.append(conn)
         if self._sweeper is None:
             self._sweeper = conn.loop.call_later(self.idle_timeout, self._sweep)
@@ -424,8 +392,7 @@ class Pool:
         loop = asyncio.get_running_loop()
         now = loop.time()
         for key, h in list(self._hosts.items()):
-            while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
-                h.idle.pop(0).abort()
+            h.trim(now - self.idle_timeout)
             if not h.idle and not any(c.key == key for c in self._busy):
                 del self._hosts[key]
         if any(h.idle for h in self._hosts.values()):

@@ -30,7 +30,7 @@ from http import HTTPStatus
 
 import httptools
 
-from kaiwo_ctrl.runtime.http1 import WriteFlow
+from kaiwo_ctrl.runtime.http1flow import WriteFlow
 
 log = logging.getLogger("kaiwo_ctrl.runtime.http1server")
 

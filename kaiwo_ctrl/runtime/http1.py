@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import httptools
 
-from kaiwo_ctrl.runtime.http1flow import WriteFlow
+from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head
 
 BUFFER_LIMIT = 1 << 20
 
@@ -315,16 +315,8 @@ class Pool:
         """
         if method == "HEAD":
             raise ValueError("HEAD is not supported")
-        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
-        has_host = False
-        for k, v in headers:
-            if not has_host and len(k) == 4 and k.lower() == b"host":
-                has_host = True
-            head.append(k + b": " + v + b"\r\n")
-        if not has_host:
-            head.append(b"Host: " + authority.encode("latin-1") + b"\r\n")
-        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        data = b"".join(head)
+        data = encode_head(f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), headers, b"host", authority.encode("latin-1"),
+                           b"Content-Length: %d\r\n\r\n" % len(body))
         while True:
             conn = await self._acquire(authority)
             resp = conn.response = Response(conn)

@@ -30,7 +30,7 @@ from http import HTTPStatus
 
 import httptools
 
-from kaiwo_ctrl.runtime.http1flow import WriteFlow
+from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head
 
 log = logging.getLogger("kaiwo_ctrl.runtime.http1server")
 
@@ -48,16 +48,7 @@ def _date() -> bytes:
 
 
 def _head(status: int, headers: Headers, extra: bytes, version: bytes = b"1.1") -> bytes:
-    lines = [b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown"))]
-    has_date = False
-    for k, v in headers:
-        if not has_date and len(k) == 4 and k.lower() == b"date":
-            has_date = True
-        lines.append(k + b": " + v + b"\r\n")
-    if not has_date:
-        lines.append(b"Date: " + _date() + b"\r\n")
-    lines.append(extra)
-    return b"".join(lines)
+    return encode_head(b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown")), headers, b"date", _date(), extra)
 
 
 class Response:

@@ -1,8 +1,24 @@
-"""Write flow control shared by the HTTP/1.1 client (``http1``) and server (``http1server``)."""
+"""What the HTTP/1.1 client (``http1``) and server (``http1server``) share: header encoding, write flow control."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
+
+
+def encode_head(first_line: bytes, headers: Iterable[tuple[bytes, bytes]], ensure: bytes, default: bytes, tail: bytes) -> bytes:
+    """A message head: the first line, ``headers`` as given, ``ensure: default`` unless
+    ``headers`` has that header (``ensure`` 4 letters, lower-case), then ``tail``."""
+    lines = [first_line]
+    found = False
+    for k, v in headers:
+        if not found and len(k) == 4 and k.lower() == ensure:
+            found = True
+        lines.append(k + b": " + v + b"\r\n")
+    if not found:
+        lines.append(ensure.capitalize() + b": " + default + b"\r\n")
+    lines.append(tail)
+    return b"".join(lines)
 
 
 class WriteFlow(asyncio.Protocol):

@@ -7,13 +7,26 @@ directly instead of from an apiserver), and this load generator. Each phase
 runs the same load directly against the servers and through the proxy, so
 "added latency" is the difference of the two distributions at p50 and p99.
 
-Prints, per concurrency (1, 64, 512): non-streaming request latency and SSE
-time-to-first-byte, direct vs proxy; throughput at 64 concurrent and its ratio
-to direct; 2,000 concurrent SSE streams held open through one proxy process
-(errors, proxy peak RSS); and PrefixHash quality for a multi-tenant prompt mix
-(share of requests on their prefix's home endpoint, max/mean load).
+The fake servers behave like a model server: a non-streaming reply comes after
+``--service-ms`` (20 ms), an SSE stream sends its first chunk after the same
+time and then ``--chunks`` more, ``--chunk-ms`` (5 ms) apart. Added latency is
+measured against that, as LLM proxies' published overheads are (a request
+header sets the service time per request).
 
-    .venv/bin/python bench/bench_proxy.py [--quick]
+Prints:
+* added latency, per concurrency (1, 64, 512 closed-loop clients):
+  non-streaming latency and SSE time-to-first-byte, direct vs proxy, p50/p99,
+  and the proxy's CPU per request in that run;
+* saturation: instant servers (service time 0) and 64 closed-loop clients,
+  requests/s direct vs proxy and the proxy's CPU per request. On a shared
+  2-core machine this is a CPU figure: the "latency" of such a run is queueing
+  behind the three processes' CPU (Little's law: clients / throughput);
+* 2,000 concurrent SSE streams held open through one proxy process (errors,
+  proxy peak RSS), and PrefixHash quality for a multi-tenant prompt mix (share
+  of requests on their prefix's home endpoint, max/mean load);
+* the load average before and after.
+
+    .venv/bin/python bench/bench_proxy.py [--quick] [--service-ms 20] [--chunk-ms 5]
 """
 
 from __future__ import annotations
@@ -24,10 +37,12 @@ import os
 import random
 import resource
 import subprocess
+import statistics
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -50,13 +65,20 @@ def _loop_factory():
 
 
 # ------------------------------------------------------------------ backends
-async def _backend_main(hold_s: float) -> None:
+async def _backend_main(service_s: float, chunk_s: float, chunks: int) -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        service = request.headers.get("X-Service-Ms")
+        wait = float(service) / 1000 if service is not None else service_s
+        if wait:
+            await asyncio.sleep(wait)  # time to the first token, or the whole reply
         if b'"stream":true' in body or b'"stream": true' in body:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b'data: {"choices":[{"text":"a"}]}\n\n')
+            for _ in range(chunks if wait else 0):
+                await asyncio.sleep(chunk_s)
+                await resp.write(b'data: {"choices":[{"text":"b"}]}\n\n')
             hold = float(request.headers.get("X-Hold", "0"))
             if hold:
                 end = time.monotonic() + hold
@@ -125,9 +147,19 @@ def peak_rss_mib(pid: int) -> float:
 
 
 # ---------------------------------------------------------------------- load
-async def run_load(session: aiohttp.ClientSession, urls: list[str], concurrency: int, total: int, stream: bool) -> tuple[list[float], float, int]:
-    """Latencies (s; time to first byte when streaming), elapsed wall time, errors."""
+async def run_load(
+    pool: Any, urls: list[tuple[str, str]], concurrency: int, total: int, stream: bool, service_ms: float | None = None,
+) -> tuple[list[float], float, int]:
+    """Closed-loop clients: latencies (s; time to first byte when streaming), elapsed wall time, errors.
+
+    ``urls`` are (host:port, path). The clients use the lean keep-alive pool
+    (kaiwo_ctrl/runtime/http1.py) rather than aiohttp's client: about a third
+    of the CPU per request, which leaves more of the 2 cores to what is measured.
+    """
     body = orjson.dumps({"model": "bench", "prompt": "hello", "max_tokens": 1, "stream": stream})
+    headers = [(b"Content-Type", b"application/json")]
+    if service_ms is not None:
+        headers.append((b"X-Service-Ms", str(service_ms).encode()))
     lat: list[float] = []
     errors = 0
     it = iter(range(total))
@@ -135,19 +167,21 @@ async def run_load(session: aiohttp.ClientSession, urls: list[str], concurrency:
     async def worker(w: int) -> None:
         nonlocal errors
         for i in it:
-            url = urls[(w + i) % len(urls)]
+            authority, path = urls[(w + i) % len(urls)]
             t0 = time.perf_counter()
             try:
-                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                async with await pool.request("POST", authority, path, headers, body) as r:
                     if stream:
-                        await r.content.readany()
+                        chunks = aiter(r)
+                        await anext(chunks)
                         lat.append(time.perf_counter() - t0)
-                        await r.read()
+                        async for _ in chunks:
+                            pass
                     else:
                         await r.read()
                         lat.append(time.perf_counter() - t0)
                     errors += r.status != 200
-            except aiohttp.ClientError:
+            except (OSError, StopAsyncIteration):
                 errors += 1
 
     t0 = time.perf_counter()
@@ -160,32 +194,61 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p))] * 1000
 
 
-async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool) -> None:
-    direct = [f"http://{h}:{PORT_BASE}/v1/completions" for h in HOSTS]
-    proxied = [f"http://127.0.0.1:{proxy_port}/openai/v1/completions"]
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as s:
-        await run_load(s, direct, 8, 400, False)  # warm up connections and the JIT-less paths
-        await run_load(s, proxied, 8, 400, False)
-        print("\nadded latency (ms; proxy minus direct, same load)")
+def load_avg() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms: float) -> None:
+    direct = [(f"{h}:{PORT_BASE}", "/v1/completions") for h in HOSTS]
+    proxied = [(f"127.0.0.1:{proxy_port}", "/openai/v1/completions")]
+    from kaiwo_ctrl.runtime.http1 import Pool  # imported late: from the tree this script sits in
+
+    s = Pool(max_idle_per_host=1024)
+    try:
+        await run_load(s, direct, 8, 400, False, 0)  # warm up connections
+        await run_load(s, proxied, 8, 400, False, 0)
+        print(f"\nadded latency (ms; proxy minus direct, same closed-loop load; servers answer after {service_ms:g} ms, "
+              "SSE first chunk likewise)")
         print(f"{'mode':<14}{'clients':>8}{'direct p50':>12}{'proxy p50':>11}{'added p50':>11}"
-              f"{'direct p99':>12}{'proxy p99':>11}{'added p99':>11}{'errors':>8}")
+              f"{'direct p99':>12}{'proxy p99':>11}{'added p99':>11}{'errors':>8}{'proxy CPU/req':>15}")
         for stream in (False, True):
             for c in (1, 64, 512):
-                n = max(200 if quick else 600, c * (4 if quick else 10))
-                dl, _, de = await run_load(s, direct, c, n, stream)
-                pl, _, pe = await run_load(s, proxied, c, n, stream)
+                n = max(100 if quick else 300, c * (4 if quick else 12))
+                # two interleaved halves each, so a burst of outside load hits both sides alike
+                dl: list[float] = []
+                pl: list[float] = []
+                errs, cpu = 0, 0.0
+                for _ in range(2):
+                    lat, _, e = await run_load(s, direct, c, n // 2, stream)
+                    dl += lat
+                    errs += e
+                    cpu0 = cpu_seconds(proxy_pid)
+                    lat, _, e = await run_load(s, proxied, c, n // 2, stream)
+                    cpu += cpu_seconds(proxy_pid) - cpu0
+                    pl += lat
+                    errs += e
                 mode = "SSE TTFB" if stream else "non-streaming"
                 print(f"{mode:<14}{c:>8}{pct(dl, .5):>12.2f}{pct(pl, .5):>11.2f}{pct(pl, .5) - pct(dl, .5):>11.2f}"
-                      f"{pct(dl, .99):>12.2f}{pct(pl, .99):>11.2f}{pct(pl, .99) - pct(dl, .99):>11.2f}{de + pe:>8}", flush=True)
-        n = 3000 if quick else 10000
-        _, dt_d, _ = await run_load(s, direct, 64, n, False)
-        cpu0 = cpu_seconds(proxy_pid)
-        _, dt_p, e = await run_load(s, proxied, 64, n, False)
-        cpu = cpu_seconds(proxy_pid) - cpu0
-        print(f"\nthroughput at 64 clients, small bodies: direct {n / dt_d:,.0f} req/s, proxy {n / dt_p:,.0f} req/s "
-              f"(ratio {dt_d / dt_p:.2f}), errors {e}; proxy CPU {cpu / n * 1e6:.0f} us per request "
-              f"(a CPU-bound ceiling of {n / cpu:,.0f} req/s per proxy core)")
+                      f"{pct(dl, .99):>12.2f}{pct(pl, .99):>11.2f}{pct(pl, .99) - pct(dl, .99):>11.2f}{errs:>8}"
+                      f"{cpu / len(pl) * 1e6:>12.0f} us", flush=True)
+        # three interleaved rounds each; the medians, so one burst of outside load does not decide it
+        n = 2000 if quick else 6000
+        rates_d, rates_p, cpus = [], [], []
+        errs = 0
+        for _ in range(3):
+            _, dt_d, _ = await run_load(s, direct, 64, n, False, 0)
+            cpu0 = cpu_seconds(proxy_pid)
+            _, dt_p, e = await run_load(s, proxied, 64, n, False, 0)
+            cpus.append((cpu_seconds(proxy_pid) - cpu0) / n)
+            rates_d.append(n / dt_d)
+            rates_p.append(n / dt_p)
+            errs += e
+        rd, rp, cpu = statistics.median(rates_d), statistics.median(rates_p), statistics.median(cpus)
+        print(f"\nsaturation (instant servers, 64 closed-loop clients, small bodies; a CPU figure on a shared machine; "
+              f"medians of 3 rounds): direct {rd:,.0f} req/s, proxy {rp:,.0f} req/s (ratio {rp / rd:.2f}), errors {errs}; "
+              f"proxy CPU {cpu * 1e6:.0f} us per request (a CPU-bound ceiling of {1 / cpu:,.0f} req/s per proxy core)")
+    finally:
+        await s.close()
 
 
 async def streams_phase(proxy_port: int, proxy_pid: int, count: int, hold: float) -> None:
@@ -266,23 +329,29 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer requests and 500 streams")
     ap.add_argument("--streams", type=int, default=2000)
     ap.add_argument("--hold", type=float, default=20.0, help="seconds each SSE stream stays open")
+    ap.add_argument("--service-ms", type=float, default=20.0,
+                    help="the fake servers' reply time and SSE time to first chunk (model-like; 0 = instant)")
+    ap.add_argument("--chunk-ms", type=float, default=5.0, help="time between SSE chunks")
+    ap.add_argument("--chunks", type=int, default=4, help="SSE chunks after the first")
     args = ap.parse_args()
     _raise_nofile()
     factory = _loop_factory()
     if args.role:
-        coro = _backend_main(args.hold) if args.role == "backend" else _proxy_main(args.port)
+        coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks) if args.role == "backend"
+                else _proxy_main(args.port))
         with asyncio.Runner(loop_factory=factory) as r:
             r.run(coro)
         return 0
-    print(f"event loop: {'uvloop' if factory else 'asyncio'}; cpus {os.cpu_count()}; load average {os.getloadavg()[0]:.1f} "
-          "(a shared machine: figures vary with what else runs)")
-    backend = _spawn("backend")
+    print(f"event loop: {'uvloop' if factory else 'asyncio'}; cpus {os.cpu_count()}; load average {load_avg()} (1/5/15 min; "
+          "a shared machine: figures vary with what else runs)")
+    backend = _spawn("backend", f"--service-ms={args.service_ms}", f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
     proxy = _spawn("proxy", f"--port={args.port}")
     try:
         with asyncio.Runner(loop_factory=factory) as r:
-            r.run(latency_phase(args.port, proxy.pid, args.quick))
+            r.run(latency_phase(args.port, proxy.pid, args.quick, args.service_ms))
             r.run(streams_phase(args.port, proxy.pid, 500 if args.quick else args.streams, args.hold))
         prefix_quality(requests=10000 if args.quick else 50000)
+        print(f"\nload average at the end: {load_avg()}")
     finally:
         for p in (proxy, backend):
             p.terminate()

@@ -1,43 +1,40 @@
 """A lean HTTP/1.1 client: keep-alive connection pools on asyncio protocols.
 
-Made for hops where the per-request CPU matters (a proxy's upstream hop): the
-request is one ``transport.write`` of bytes the caller mostly pre-encoded, the
-response is parsed by httptools (llhttp, in C), and nothing is decoded or
-copied that the caller does not ask for.
+For hops where CPU per request matters (a proxy's upstream hop): a request is
+one ``transport.write`` of bytes the caller mostly pre-encoded, the response is
+parsed by httptools (llhttp, in C), and nothing is decoded that the caller
+does not ask for.
 
-* :class:`Pool` keeps idle connections per authority (``host:port``), reused
-  last-in first-out; an idle connection the server closes leaves the pool at
-  once, one idle longer than ``idle_timeout`` is closed when next seen.
-* :meth:`Pool.request` sends one request (a body of bytes, with its
-  Content-Length) and returns a :class:`Response` once the status line and
-  headers are in. Its body is read whole (:meth:`Response.read`) or iterated
-  as it arrives (``async for chunk in response``), with flow control: reading
-  from the socket pauses while more than ``buffer_limit`` bytes wait.
-* :meth:`Response.release` hands the connection back when the response was
-  read to its end and both sides keep it alive; otherwise it closes it.
-  Cancelling a request (or abandoning its response) closes its connection, so
-  the server sees the client go.
-* Errors: :class:`ConnectError` (no connection within ``connect_timeout``, or
-  refused), :class:`RemoteClosed` (the connection ended before the response
-  did), :class:`ProtocolError` (unparsable response); all are
-  :class:`TransportError`, an ``OSError``. ``read_timeout`` (optional) bounds
-  each wait for the server's next bytes and raises ``TimeoutError``.
+* :class:`Pool` keeps idle connections per ``host:port``, reused last-in
+  first-out. One the server closes leaves at once; one idle longer than
+  ``idle_timeout`` is closed (a sweep runs while any is idle, so a server that
+  went away leaves no connections behind).
+* :meth:`Pool.request` sends a request with a bytes body and returns a
+  :class:`Response` once its headers are in; its body is read whole or
+  iterated as it arrives (``async for``), reading paused while more than
+  ``buffer_limit`` bytes wait. :meth:`Response.release` keeps the connection
+  only after a complete keep-alive exchange; cancelling a request or
+  abandoning a response closes it, so the server sees the client go.
+* Errors are :class:`TransportError` (an ``OSError``): :class:`ConnectError`
+  (refused, or no connection within ``connect_timeout``), :class:`RemoteClosed`
+  (closed before the response ended), :class:`ProtocolError`; an optional
+  ``read_timeout`` bounds each wait for the server and raises ``TimeoutError``.
 
-TLS: give the pool an ``ssl`` context (the API client does; the proxy's
-upstream hop to model servers is plain HTTP). The name checked against the
-server's certificate is the authority's host.
-
-Not supported (not needed by its users): HEAD requests, 1xx interim answers,
-upgrades, proxies, pipelining.
+TLS: give the pool an ``ssl`` context (the API client does); the server's
+certificate is checked against the authority's host. Not supported (not
+needed by its users): HEAD, 1xx answers, upgrades, proxies, pipelining.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 
 import httptools
+
+from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head
+from kaiwo_ctrl.runtime.http1response import Response
 
 BUFFER_LIMIT = 1 << 20
 
@@ -58,15 +55,16 @@ class ProtocolError(TransportError):
     pass
 
 
-class _Conn(asyncio.Protocol):
+class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
         "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
-        "reused", "_waiter", "_paused", "_write_paused", "_drain",
+        "reused", "_waiter", "_paused",
     )
 
     def __init__(self, pool: Pool, key: str) -> None:
+        super().__init__()
         self.pool, self.key = pool, key
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -77,8 +75,6 @@ class _Conn(asyncio.Protocol):
         self.reused = False  # served an exchange before
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
-        self._write_paused = False
-        self._drain: asyncio.Future[None] | None = None
 
     # asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,16 +102,7 @@ class _Conn(asyncio.Protocol):
                 self.on_message_complete()  # a body delimited by the connection's end
             else:
                 self._fail(RemoteClosed("connection closed before the response ended" + (f": {exc}" if exc else "")))
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(RemoteClosed("connection closed while sending"))
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+        self.drain_failed(RemoteClosed("connection closed while sending"))
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -209,88 +196,7 @@ class _Conn(asyncio.Protocol):
         else:
             t.write(head)
             t.write(body)
-        if self._write_paused:
-            self._drain = self.loop.create_future()
-            try:
-                await self._drain
-            finally:
-                self._drain = None
-
-
-class Response:
-    """The answer to one request; read it, or iterate it, then :meth:`release`."""
-
-    __slots__ = (
-        "status", "headers", "content_length", "keep_alive", "complete", "_conn",
-        "_chunks", "_buffered", "_headers_done", "_until_eof", "_error", "_released",
-    )
-
-    def __init__(self, conn: _Conn) -> None:
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []  # as received, in order
-        self.content_length: int | None = None
-        self.keep_alive = False
-        self.complete = False
-        self._conn = conn
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._headers_done = False
-        self._until_eof = False
-        self._error: BaseException | None = None
-        self._released = False
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a header (``name`` lower-case)."""
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
-
-    def _take(self) -> bytes:
-        chunks = self._chunks
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._chunks = []
-        self._conn.consumed(len(data))
-        return data
-
-    async def read(self) -> bytes:
-        """The whole (rest of the) body."""
-        parts = []
-        async for chunk in self:
-            parts.append(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._iter()
-
-    async def _iter(self) -> AsyncIterator[bytes]:
-        while True:
-            if self._chunks:
-                yield self._take()
-                continue
-            if self.complete:
-                return
-            if self._error is not None:
-                raise self._error
-            await self._conn.wait()
-
-    def release(self) -> None:
-        """Give the connection back (kept alive only after a complete, keep-alive exchange)."""
-        if self._released:
-            return
-        self._released = True
-        conn = self._conn
-        conn.response = None
-        if self.complete and self.keep_alive and not conn.closed:
-            conn.pool._put(conn)
-        else:
-            conn.abort()
-
-    async def __aenter__(self) -> Response:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
+        await self.drain()
 
 
 class _Host:
@@ -301,7 +207,11 @@ class _Host:
         if not host or not port.isdigit():
             raise ValueError(f"authority must be host:port, got {key!r}")
         self.host, self.port = host.strip("[]"), int(port)
-        self.idle: list[_Conn] = []
+        self.idle: list[_Conn] = []  # the oldest first
+
+    def trim(self, idle_before: float) -> None:
+        while self.idle and self.idle[0].idle_since < idle_before:
+            self.idle.pop(0).abort()
 
 
 class Pool:
@@ -316,6 +226,7 @@ class Pool:
         self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
         self._hosts: dict[str, _Host] = {}
         self._busy: set[_Conn] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def idle_count(self, authority: str) -> int:
         h = self._hosts.get(authority)
@@ -332,16 +243,8 @@ class Pool:
         """
         if method == "HEAD":
             raise ValueError("HEAD is not supported")
-        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
-        has_host = False
-        for k, v in headers:
-            if not has_host and len(k) == 4 and k.lower() == b"host":
-                has_host = True
-            head.append(k + b": " + v + b"\r\n")
-        if not has_host:
-            head.append(b"Host: " + authority.encode("latin-1") + b"\r\n")
-        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        data = b"".join(head)
+        data = encode_head(f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), headers, b"host", authority.encode("latin-1"),
+                           b"Content-Length: %d\r\n\r\n" % len(body))
         while True:
             conn = await self._acquire(authority)
             resp = conn.response = Response(conn)
@@ -399,10 +302,23 @@ class Pool:
         if conn._paused and conn.transport is not None:
             conn._paused = False
             conn.transport.resume_reading()
-        now = conn.idle_since = conn.loop.time()
-        while h.idle and now - h.idle[0].idle_since > self.idle_timeout:
-            h.idle.pop(0).abort()  # the oldest first: they sit at the front
+        conn.idle_since = conn.loop.time()
+        h.trim(conn.idle_since - self.idle_timeout)
         h.idle.append(conn)
+        if self._sweeper is None:
+            self._sweeper = conn.loop.call_later(self.idle_timeout, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close connections idle longer than ``idle_timeout``; forget hosts with none left."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for key, h in list(self._hosts.items()):
+            h.trim(now - self.idle_timeout)
+            if not h.idle and not any(c.key == key for c in self._busy):
+                del self._hosts[key]
+        if any(h.idle for h in self._hosts.values()):
+            self._sweeper = loop.call_later(self.idle_timeout, self._sweep)
 
     def _forget(self, conn: _Conn) -> None:
         self._busy.discard(conn)
@@ -412,6 +328,9 @@ class Pool:
 
     async def close(self) -> None:
         """Close every connection, idle or busy."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         conns = [c for h in self._hosts.values() for c in h.idle] + list(self._busy)
         for c in conns:
             c.abort()

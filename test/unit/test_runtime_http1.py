@@ -215,3 +215,16 @@ async def test_body_delimited_by_connection_end():
     finally:
         await p.close()
         srv.close()
+
+
+async def test_idle_connections_are_swept_after_the_idle_timeout(server):
+    p = Pool(idle_timeout=0.2)
+    try:
+        async with await p.request("GET", server.authority, "/length") as resp:
+            await resp.read()
+        assert p.idle_count(server.authority) == 1
+        await eventually(lambda: p.idle_count(server.authority) == 0, what="idle connection swept without new requests")
+        async with await p.request("GET", server.authority, "/length") as resp:
+            assert await resp.read() == b"hello "
+    finally:
+        await p.close()

@@ -8,6 +8,9 @@ Model's load-balancing strategy, and streams the exchange through. Modules:
 * :mod:`.balance` - LeastLoad and PrefixHash (consistent hashing, bounded loads);
 * :mod:`.prefix` - the prompt prefix PrefixHash hashes, per route;
 * :mod:`.resolve` - requested model name -> Model (+ adapter), label selectors;
-* :mod:`.handler` / :mod:`.server` - the aiohttp routes and the server runnable;
+* :mod:`.handler` / :mod:`.server` - the routes and the server runnable (on the
+  lean HTTP/1.1 server and client of the runtime, ``http1server`` and ``http1``);
+* :mod:`.exchange` - per-Model state derived once per version, per-request timing;
+* :mod:`.forward` - upstream attempts, retries, header hygiene, stream relay;
 * :mod:`.metrics` - Prometheus series of the proxy.
 """

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
-from aiohttp import web
-
-from kaiwo_ctrl.runtime.http1 import Pool, Response
+from kaiwo_ctrl.runtime.http1 import Pool
+from kaiwo_ctrl.runtime.http1 import Response as Upstream
+from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -34,7 +34,7 @@ HOP_BY_HOP = frozenset(
     )
 )
 _INBOUND_DROP = HOP_BY_HOP | {b"forwarded"}
-PROXY_HEADER = ("X-Proxy", "kaiwo-ctrl")
+PROXY_HEADER = (b"X-Proxy", b"kaiwo-ctrl")
 
 RawHeaders = Iterable[tuple[bytes, bytes]]
 Acquire = Callable[[frozenset[str]], Awaitable[Endpoint]]
@@ -49,13 +49,12 @@ def _named(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
 
-def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
-    """The client's headers to send upstream (raw name/value bytes, order kept)."""
+def _without_hop_by_hop(raw: RawHeaders, drop: frozenset[bytes], inbound: bool) -> list[tuple[bytes, bytes]]:
     out = []
     named: set[bytes] | None = None
     for k, v in raw:
         lk = k.lower()
-        if lk in _INBOUND_DROP or lk.startswith(b"x-forwarded-"):
+        if lk in drop or (inbound and lk.startswith(b"x-forwarded-")):
             if lk == b"connection":
                 named = _named(v) if named is None else named | _named(v)
             continue
@@ -65,26 +64,20 @@ def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def response_headers(raw: RawHeaders) -> list[tuple[str, str]]:
+def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
+    """The client's headers to send upstream (raw name/value bytes, order kept)."""
+    return _without_hop_by_hop(raw, _INBOUND_DROP, True)
+
+
+def response_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
     """The server's headers to send the client, plus ``X-Proxy``."""
-    out = []
-    named: set[bytes] | None = None
-    for k, v in raw:
-        lk = k.lower()
-        if lk in HOP_BY_HOP:
-            if lk == b"connection":
-                named = _named(v) if named is None else named | _named(v)
-            continue
-        out.append((k, v))
-    if named:
-        out = [(k, v) for k, v in out if k.lower() not in named]
-    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in out]
-    headers.append(PROXY_HEADER)
-    return headers
+    out = _without_hop_by_hop(raw, HOP_BY_HOP, False)
+    out.append(PROXY_HEADER)
+    return out
 
 
 async def forward(
-    request: web.Request,
+    request: Request,
     pool: Pool,
     path: str,
     body: bytes,
@@ -93,7 +86,7 @@ async def forward(
     release: Release,
     on_retry: Callable[[str], None],
     on_sent: Callable[[], None] = lambda: None,
-) -> web.StreamResponse:
+) -> Response | Streamed:
     tried: set[str] = set()
     method = request.method
     for attempt in range(ATTEMPTS):
@@ -121,7 +114,7 @@ async def forward(
                             raise UpstreamFailed(str(e) or type(e).__name__) from e
                         on_retry("transport")
                         continue
-                    return web.Response(status=up.status, headers=response_headers(up.headers), body=data)
+                    return Response(up.status, response_headers(up.headers), data)
                 return await relay(request, up)
             finally:
                 up.release()
@@ -130,17 +123,15 @@ async def forward(
     raise AssertionError("unreachable")
 
 
-async def relay(request: web.Request, up: Response) -> web.StreamResponse:
+async def relay(request: Request, up: Upstream) -> Streamed:
     """Pass a streamed (chunked or connection-delimited) body on chunk by chunk."""
-    out = web.StreamResponse(status=up.status, headers=response_headers(up.headers))
-    await out.prepare(request)
+    out = await request.stream(up.status, response_headers(up.headers))
     try:
         async for chunk in up:
             await out.write(chunk)
     except OSError:
-        # the server broke off mid-stream: break the client's stream off too (no clean end)
-        if request.transport is not None:
-            request.transport.abort()
+        # the server broke off mid-stream (or the client went): break the client's stream off too
+        out.abort()
         return out
-    await out.write_eof()
+    await out.end()
     return out

@@ -21,10 +21,12 @@ import re
 import time
 from typing import Any
 
+from urllib.parse import parse_qs
+
 import orjson
-from aiohttp import web
 
 from kaiwo_ctrl.runtime.http1 import Pool
+from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
@@ -43,11 +45,13 @@ _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
 
 
-def error_response(status: int, message: str, **extra: Any) -> web.Response:
+_JSON = (b"Content-Type", b"application/json")
+
+
+def error_response(status: int, message: str, **extra: Any) -> Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
            "code": status, **extra}
-    return web.Response(status=status, body=orjson.dumps({"error": err}), content_type="application/json",
-                        headers={PROXY_HEADER[0]: PROXY_HEADER[1]})
+    return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
 
 
 def split_multipart_model(body: bytes, boundary: str) -> tuple[str | None, bytes]:
@@ -78,50 +82,45 @@ class ProxyHandler:
         self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0)
 
     async def start(self) -> None:
-        pass
+        """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
-    async def openai(self, request: web.Request) -> web.StreamResponse:
-        return await self._proxy(request, request.match_info["route"], None, None)
-
-    async def namespaced(self, request: web.Request) -> web.StreamResponse:
-        mi = request.match_info
-        return await self._proxy(request, mi["route"], mi["namespace"], mi["model"])
-
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: Request, namespace: str | None = None, model: str | None = None) -> Response:
+        """``GET /openai/v1/models``, or ``/<namespace>/<model>/v1/models``."""
         try:
-            selectors = selectors_of(request.headers.getall("X-Label-Selector", ()))
-            if "namespace" in request.match_info:
-                t = self.resolver.resolve(request.match_info["model"], selectors, request.match_info["namespace"])
-                spec = t.spec
-                features = list(spec.get("features") or ())
+            selectors = _selectors(request)
+            if namespace is not None and model is not None:
+                t = self.resolver.resolve(model, selectors, namespace)
+                features = list(t.spec.get("features") or ())
             else:
-                features = request.query.getall("feature", []) or ["TextGeneration"]
+                features = parse_qs(request.query).get("feature") or ["TextGeneration"]
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
         data = self.resolver.list_models(features, selectors)
-        if "namespace" in request.match_info:
-            data = [d for d in data if d["id"].split("/")[-1].partition("_")[0] == request.match_info["model"]]
-        return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+        if model is not None:
+            data = [d for d in data if d["id"].split("/")[-1].partition("_")[0] == model]
+        return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
 
     # -------------------------------------------------------------- proxy
-    async def _read(self, request: web.Request, route: str, path_model: str | None) -> tuple[str, bytes, Any]:
+    def _read(self, request: Request, route: str, path_model: str | None) -> tuple[str, bytes, Any]:
         """(requested model name, body to forward, parsed JSON body or None)."""
-        body = await request.read()
-        ctype = request.headers.get("Content-Type")
-        if ctype and request.content_type == "multipart/form-data":
-            boundary = request.content_type and dict(_params(ctype)).get("boundary")
+        body = request.body
+        raw_ctype = request.header(b"content-type")
+        ctype = raw_ctype.decode("latin-1") if raw_ctype else ""
+        mimetype = ctype.partition(";")[0].strip().lower()
+        if mimetype == "multipart/form-data":
+            boundary = dict(_params(ctype)).get("boundary")
             if not boundary:
                 raise ProxyError(400, "bad request: multipart body without a boundary")
             model, body = split_multipart_model(body, boundary)
             if not model and not path_model:
                 raise ProxyError(400, "bad request: missing 'model' form field")
             return model or path_model or "", body, None
-        if ctype and request.content_type not in ("application/json", "text/plain", "application/octet-stream"):
-            raise ProxyError(400, f"bad request: unsupported content type {request.content_type!r}")
+        if mimetype and mimetype not in ("application/json", "text/plain", "application/octet-stream"):
+            raise ProxyError(400, f"bad request: unsupported content type {mimetype!r}")
         if route not in JSON_ROUTES:
             raise ProxyError(400, f"bad request: /v1/{route} takes a multipart/form-data body")
         try:
@@ -137,15 +136,14 @@ class ProxyHandler:
             raise ProxyError(400, "bad request: missing 'model' field")
         return model or path_model or "", body, parsed
 
-    async def _proxy(self, request: web.Request, route: str, namespace: str | None, path_model: str | None) -> web.StreamResponse:
+    async def proxy(self, request: Request, route: str, namespace: str | None = None, path_model: str | None = None) -> Response | Streamed:
+        """``POST /openai/v1/<route>``, or ``/<namespace>/<model>/v1/<route>``."""
         t0 = time.perf_counter()
-        if route not in ROUTES:
-            raise web.HTTPNotFound()
         try:
-            requested, body, parsed = await self._read(request, route, path_model)
+            requested, body, parsed = self._read(request, route, path_model)
             if path_model is not None and requested.partition("_")[0] != path_model:
                 requested = path_model  # the path names the Model; a body model naming another one is ignored
-            target = self.resolver.resolve(requested, selectors_of(request.headers.getall("X-Label-Selector", ())), namespace)
+            target = self.resolver.resolve(requested, _selectors(request), namespace)
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
         if parsed is not None and parsed.get("model") != target.forward_name:
@@ -161,33 +159,19 @@ class ProxyHandler:
             st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
         return st
 
-    async def _serve(self, request: web.Request, route: str, t: Target, body: bytes, parsed: Any, t0: float) -> web.StreamResponse:
+    async def _serve(self, request: Request, route: str, t: Target, body: bytes, parsed: Any, t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
         ex = Exchange(self, self.tracker.group(st.key), t)
         code = "000"
         try:
-            async with asyncio.timeout(st.timeout):
-                try:
-                    if self.scaler is not None:
-                        await self.scaler.ensure_running(t)
-                    if st.prefix is not None:
-                        ex.key = t.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
-                    _, _, query = request.raw_path.partition("?")
-                    path = "/v1/" + route + ("?" + query if query else "")
-                    resp = await forward(
-                        request, self.pool, path, body, request_headers(request.raw_headers), ex.acquire, ex.group.release,
-                        ex.retry, ex.sent,
-                    )
-                    code = str(resp.status)
-                    return resp
-                except UpstreamFailed as e:
-                    log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})
-                    code = "502"
-                    return error_response(502, "Bad Gateway")
-                except ProxyError as e:
-                    code = str(e.status)
-                    return error_response(e.status, e.message, **e.extra)
+            if st.timeout is None:  # no deadline: no timer either
+                resp = await self._attempt(request, route, t, st, ex, body, parsed)
+            else:
+                async with asyncio.timeout(st.timeout):
+                    resp = await self._attempt(request, route, t, st, ex, body, parsed)
+            code = str(resp.status)
+            return resp
         except TimeoutError:
             code = "504"
             return error_response(504, "Gateway Timeout: the Model's request timeout passed")
@@ -201,6 +185,24 @@ class ProxyHandler:
             duration.observe(time.perf_counter() - t0)
             if ex.sent_at:
                 self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
+
+    async def _attempt(
+        self, request: Request, route: str, t: Target, st: ModelState, ex: Exchange, body: bytes, parsed: Any,
+    ) -> Response | Streamed:
+        try:
+            if self.scaler is not None:
+                await self.scaler.ensure_running(t)
+            if st.prefix is not None:
+                ex.key = t.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
+            path = "/v1/" + route + ("?" + request.query if request.query else "")
+            return await forward(
+                request, self.pool, path, body, request_headers(request.headers), ex.acquire, ex.group.release, ex.retry, ex.sent,
+            )
+        except UpstreamFailed as e:
+            log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})
+            return error_response(502, "Bad Gateway")
+        except ProxyError as e:
+            return error_response(e.status, e.message, **e.extra)
 
     async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint:
         while True:
@@ -225,6 +227,11 @@ class ProxyHandler:
         if m is not None:
             t.model = m
         return t
+
+
+def _selectors(request: Request) -> list[Any]:
+    values = request.header_values(b"x-label-selector")
+    return selectors_of(v.decode("latin-1") for v in values) if values else []
 
 
 def _params(ctype: str) -> list[tuple[str, str]]:

@@ -4,26 +4,31 @@
 informers, registers the endpoint tracker on the Pod informer and returns a
 :class:`ProxyServer`; its ``run`` serves on ``bind`` until cancelled. It runs in
 every replica (not only the leader), after the caches have synced.
+
+The HTTP server is :mod:`kaiwo_ctrl.runtime.http1server` (httptools): about
+half the CPU per request of aiohttp's server, which was the larger part of
+the proxy's own cost once the upstream hop had moved to the lean pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-
-from aiohttp import web
+from urllib.parse import unquote
 
 from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.runtime.http1server import Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.resolve import Resolver
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
-ROUTE = r"{route:(chat/completions|completions|embeddings|audio/transcriptions)}"
+OPENAI_PREFIX = "/openai/v1/"
+_TEXT = (b"Content-Type", b"text/plain; charset=utf-8")
 
 
 def parse_bind(addr: str | None) -> tuple[str, int] | None:
@@ -34,15 +39,32 @@ def parse_bind(addr: str | None) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
-def build_app(handler: ProxyHandler) -> web.Application:
-    app = web.Application(client_max_size=256 * 1024**2)
-    app.add_routes([
-        web.post(f"/openai/v1/{ROUTE}", handler.openai),
-        web.get("/openai/v1/models", handler.models),
-        web.post("/{namespace}/{model}/v1/" + ROUTE, handler.namespaced),
-        web.get("/{namespace}/{model}/v1/models", handler.models),
-    ])
-    return app
+def route(handler: ProxyHandler):
+    """The routes: ``/openai/v1/<route>`` and ``/<namespace>/<model>/v1/<route>`` (POST), ``.../models`` (GET)."""
+
+    async def dispatch(request: Request) -> Response | Streamed:
+        path = request.path
+        if "%" in path:
+            path = unquote(path)
+        if path.startswith(OPENAI_PREFIX):
+            namespace = model = None
+            rest = path[len(OPENAI_PREFIX):]
+        else:
+            parts = path.split("/", 4)  # "", namespace, model, "v1", route
+            if len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]:
+                return Response(404, [_TEXT], b"404: Not Found")
+            namespace, model, rest = parts[1], parts[2], parts[4]
+        if rest == "models":
+            if request.method != "GET":
+                return Response(405, [_TEXT, (b"Allow", b"GET")], b"405: Method Not Allowed")
+            return await handler.models(request, namespace, model)
+        if rest in ROUTES:
+            if request.method != "POST":
+                return Response(405, [_TEXT, (b"Allow", b"POST")], b"405: Method Not Allowed")
+            return await handler.proxy(request, rest, namespace, model)
+        return Response(404, [_TEXT], b"404: Not Found")
+
+    return dispatch
 
 
 class ProxyServer:
@@ -53,21 +75,17 @@ class ProxyServer:
 
     async def run(self) -> None:
         await self.handler.start()
-        # handler_cancellation: a client that disconnects cancels its handler,
-        # which cancels the upstream request and frees the endpoint slot.
-        # on shutdown, requests in flight get drain_timeout to finish, then are cut
-        runner = web.AppRunner(build_app(self.handler), access_log=None, handler_cancellation=True,
-                               shutdown_timeout=self.drain_timeout)
-        await runner.setup()
+        # a client that disconnects cancels its request's task, which cancels the upstream
+        # request and frees the endpoint slot; on shutdown, requests in flight get
+        # drain_timeout to finish, then are cut
+        server = Server(route(self.handler), max_body_bytes=256 * 1024**2)
         try:
-            site = web.TCPSite(runner, self.bind[0], self.bind[1], reuse_address=True, backlog=4096)
-            await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})
             self.started.set()
             await asyncio.Event().wait()
         finally:
-            await runner.cleanup()
+            await server.close(self.drain_timeout)
             await self.handler.close()
 
 

@@ -8,8 +8,9 @@ runs the same load directly against the servers and through the proxy, so
 "added latency" is the difference of the two distributions at p50 and p99.
 
 The fake servers behave like a model server: a non-streaming reply comes after
-``--service-ms`` (20 ms), an SSE stream sends its first chunk after the same
-time and then ``--chunks`` more, ``--chunk-ms`` (5 ms) apart. Added latency is
+``--service-ms`` (20 ms on average, each reply's drawn from ±``--service-jitter``
+(50 %) of it), an SSE stream sends its first chunk after such a time and then
+``--chunks`` more, ``--chunk-ms`` (5 ms) apart. Added latency is
 measured against that, as LLM proxies' published overheads are (a request
 header sets the service time per request).
 
@@ -65,15 +66,25 @@ def _loop_factory():
 
 
 # ------------------------------------------------------------------ backends
-async def _backend_main(service_s: float, chunk_s: float, chunks: int) -> None:
+async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: float) -> None:
+    rng = random.Random(7)
+
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         service = request.headers.get("X-Service-Ms")
         wait = float(service) / 1000 if service is not None else service_s
+        if wait and jitter:
+            # replies differ in length: without this, closed-loop clients move
+            # in lockstep and every reply batch reaches the proxy at once
+            wait *= rng.uniform(1 - jitter, 1 + jitter)
+        t0 = time.perf_counter()
         if wait:
             await asyncio.sleep(wait)  # time to the first token, or the whole reply
+        # the time this reply spent being "served", so the client can take it
+        # out of what it measures and see only the time around it
+        served = {"X-Service-Us": str(int((time.perf_counter() - t0) * 1e6))}
         if b'"stream":true' in body or b'"stream": true' in body:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **served})
             await resp.prepare(request)
             await resp.write(b'data: {"choices":[{"text":"a"}]}\n\n')
             for _ in range(chunks if wait else 0):
@@ -88,7 +99,7 @@ async def _backend_main(service_s: float, chunk_s: float, chunks: int) -> None:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
-        return web.Response(body=REPLY, content_type="application/json")
+        return web.Response(body=REPLY, content_type="application/json", headers=served)
 
     app = web.Application()
     app.router.add_post("/v1/{tail:.*}", handle)
@@ -150,7 +161,8 @@ def peak_rss_mib(pid: int) -> float:
 async def run_load(
     pool: Any, urls: list[tuple[str, str]], concurrency: int, total: int, stream: bool, service_ms: float | None = None,
 ) -> tuple[list[float], float, int]:
-    """Closed-loop clients: latencies (s; time to first byte when streaming), elapsed wall time, errors.
+    """Closed-loop clients: latencies (s; time to first byte when streaming)
+    less the service time each server reports for its reply, elapsed wall time, errors.
 
     ``urls`` are (host:port, path). The clients use the lean keep-alive pool
     (kaiwo_ctrl/runtime/http1.py) rather than aiohttp's client: about a third
@@ -171,15 +183,16 @@ async def run_load(
             t0 = time.perf_counter()
             try:
                 async with await pool.request("POST", authority, path, headers, body) as r:
+                    served = int(r.header(b"x-service-us") or 0) / 1e6
                     if stream:
                         chunks = aiter(r)
                         await anext(chunks)
-                        lat.append(time.perf_counter() - t0)
+                        lat.append(time.perf_counter() - t0 - served)
                         async for _ in chunks:
                             pass
                     else:
                         await r.read()
-                        lat.append(time.perf_counter() - t0)
+                        lat.append(time.perf_counter() - t0 - served)
                     errors += r.status != 200
             except (OSError, StopAsyncIteration):
                 errors += 1
@@ -207,8 +220,9 @@ async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms
     try:
         await run_load(s, direct, 8, 400, False, 0)  # warm up connections
         await run_load(s, proxied, 8, 400, False, 0)
-        print(f"\nadded latency (ms; proxy minus direct, same closed-loop load; servers answer after {service_ms:g} ms, "
-              "SSE first chunk likewise)")
+        print(f"\nadded latency (ms; proxy minus direct, same closed-loop load; servers answer after {service_ms:g} ms on "
+              "average, SSE first chunk likewise; each column is latency less the service time the server reports "
+              "for that reply)")
         print(f"{'mode':<14}{'clients':>8}{'direct p50':>12}{'proxy p50':>11}{'added p50':>11}"
               f"{'direct p99':>12}{'proxy p99':>11}{'added p99':>11}{'errors':>8}{'proxy CPU/req':>15}")
         for stream in (False, True):
@@ -331,20 +345,23 @@ def main() -> int:
     ap.add_argument("--hold", type=float, default=20.0, help="seconds each SSE stream stays open")
     ap.add_argument("--service-ms", type=float, default=20.0,
                     help="the fake servers' reply time and SSE time to first chunk (model-like; 0 = instant)")
+    ap.add_argument("--service-jitter", type=float, default=0.5,
+                    help="each reply's service time is drawn uniformly from service-ms x (1 +- this); 0 = all equal")
     ap.add_argument("--chunk-ms", type=float, default=5.0, help="time between SSE chunks")
     ap.add_argument("--chunks", type=int, default=4, help="SSE chunks after the first")
     args = ap.parse_args()
     _raise_nofile()
     factory = _loop_factory()
     if args.role:
-        coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks) if args.role == "backend"
+        coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks, args.service_jitter) if args.role == "backend"
                 else _proxy_main(args.port))
         with asyncio.Runner(loop_factory=factory) as r:
             r.run(coro)
         return 0
     print(f"event loop: {'uvloop' if factory else 'asyncio'}; cpus {os.cpu_count()}; load average {load_avg()} (1/5/15 min; "
           "a shared machine: figures vary with what else runs)")
-    backend = _spawn("backend", f"--service-ms={args.service_ms}", f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
+    backend = _spawn("backend", f"--service-ms={args.service_ms}", f"--service-jitter={args.service_jitter}",
+                     f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
     proxy = _spawn("proxy", f"--port={args.port}")
     try:
         with asyncio.Runner(loop_factory=factory) as r:

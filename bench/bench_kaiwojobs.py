@@ -241,7 +241,12 @@ def fmt(counts: Counter) -> str:
 async def clear(client: Client, ns: str) -> None:
     """Delete what a round left behind (no garbage collector runs here)."""
     for res in (KAIWOJOBS, JOBS, EVENTS, LOCALQUEUES):
-        await client.request("DELETE", res.path(ns), body={"apiVersion": "v1", "kind": "DeleteOptions"})
+        # Background: batch/v1 Jobs default to orphaning, which leaves them behind
+        # with an orphan finalizer only a garbage collector would remove; the
+        # next rounds' operators would then cache and look at every earlier Job
+        await client.request(
+            "DELETE", res.path(ns), body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        )
 
 
 async def main_async(args: argparse.Namespace, plane: ControlPlane) -> None:

@@ -74,11 +74,21 @@ def quote_value(value: object, limit: int = VALUE_LIMIT) -> str:
     return bound_message(repr(value), limit)
 
 
+_last_formatted: tuple[int, str] = (-1, "")
+
+
 def format_time(now: datetime) -> str:
-    """RFC 3339, UTC, whole seconds, ``Z`` suffix. Naive datetimes are refused."""
+    """RFC 3339, UTC, whole seconds, ``Z`` suffix. Naive datetimes are refused.
+    (The last second's text is kept: a burst formats the same second often.)"""
+    global _last_formatted
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now: must be timezone-aware (naive datetimes are ambiguous)")
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = int(now.timestamp() // 1)
+    if _last_formatted[0] == second:
+        return _last_formatted[1]
+    text = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _last_formatted = (second, text)
+    return text
 
 
 def _validate(type_: str, status: str, reason: str, message: str, observed_generation: int) -> None:

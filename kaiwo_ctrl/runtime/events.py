@@ -19,14 +19,15 @@ import asyncio
 import datetime as dt
 import functools
 import logging
+import os
 import socket
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.client import ApiError, Client
+from kaiwo_ctrl.runtime.conditions import format_time
 from kaiwo_ctrl.runtime.resources import EVENTS
 from kaiwo_ctrl.runtime.supervise import supervise
 
@@ -37,7 +38,7 @@ WARNING = "Warning"
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(dt.datetime.now(dt.timezone.utc))
 
 
 class _Bucket:
@@ -166,7 +167,7 @@ class EventRecorder:
             except ApiError as e:
                 if not e.not_found:
                     raise
-        name = f"{ref['name']}.{uuid.uuid4().hex[:16]}"
+        name = f"{ref['name']}.{os.urandom(8).hex()}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",

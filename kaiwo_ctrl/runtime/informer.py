@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.gcpause import CollectorPause
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
 
@@ -108,6 +109,7 @@ class Informer:
         inactivity_timeout: float = 90.0,
         metrics: InformerMetricsHook | None = None,
         watch_list: bool = True,
+        keep_managed_fields: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -122,6 +124,9 @@ class Informer:
         self.metrics = metrics
         #: list by streaming (``sendInitialEvents``); turned off when the server refuses
         self.watch_list = watch_list
+        #: pass ``metadata.managedFields`` to the transform; otherwise (and with a
+        #: transform) they are cut from the bytes before decoding
+        self.keep_managed_fields = keep_managed_fields
         self.name = resource.kind
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
@@ -229,6 +234,10 @@ class Informer:
             if resync:
                 resync.cancel()
 
+    @property
+    def _drop_managed_fields(self) -> bool:
+        return self.transform is not None and not self.keep_managed_fields
+
     def _prepare(self, obj: Obj) -> Obj:
         """Fill in kind/apiVersion (lists leave them out) and apply the transform."""
         obj.setdefault("kind", self.resource.kind)
@@ -243,17 +252,20 @@ class Informer:
             kw.update(resource_version=rv, resource_version_match="NotOlderThan" if rv != "0" else None)
         items: list[Obj] = []
         list_rv = ""
+        pause = CollectorPause()
         try:
             async for page, list_rv in self.client.list_pages(self.resource, self.namespace, **kw):
                 items.extend(self._prepare(obj) for obj in page)
                 del page
+            self._synced_with(items, list_rv)
         except ApiError as e:
             if not (e.gone and rv):
                 raise
             # too old for the server: a quorum list instead
+            pause.release()
             await self._list_and_replace("")
-            return
-        self._synced_with(items, list_rv)
+        finally:
+            pause.release()
 
     async def _watch_list(self, rv: str) -> None:
         """Streaming list: one watch that sends every object as ADDED, then a
@@ -265,7 +277,7 @@ class Informer:
         stream then carries on as the watch. Before that bookmark the server
         sends only ADDED events: anything else means it ignored the request.
         """
-        stream = self.client.watch(
+        stream = self.client.watch_batches(
             self.resource,
             self.namespace,
             resource_version=rv,
@@ -274,35 +286,44 @@ class Informer:
             field_selector=self.field_selector,
             inactivity_timeout=self.inactivity_timeout,
             send_initial_events=True,
+            drop_managed_fields=self._drop_managed_fields,
         )
         items: list[Obj] | None = []
+        pause = CollectorPause()
         try:
-            async for ev in stream:
-                if items is None:
-                    self._handle(ev)
-                    continue
-                typ = ev.get("type")
-                obj = ev.get("object") or {}
-                if typ == "ADDED":
-                    items.append(self._prepare(obj))
-                elif typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                    self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
-                    items, self._streamed = None, True
-                elif typ == "ERROR":
-                    raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
-                else:
-                    raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
+            async for batch in stream:
+                for ev in batch:
+                    if items is None:
+                        self._handle(ev)
+                    elif self._initial_event(ev, items):
+                        items, self._streamed = None, True
+                        pause.release()
         except ApiError as e:
             if e.status in (400, 422) and items is not None and not items:
                 raise WatchListUnsupported(str(e)) from e
             raise
         finally:
+            pause.release()
             await stream.aclose()
         if items is not None:
             raise ApiError(0, "the streaming list ended before its initial-events-end bookmark", "WATCH", str(self.resource))
         self.watch_restarts += 1
         if self.metrics:
             self.metrics.informer_watch_restart(self.name, "closed")
+
+    def _initial_event(self, ev: Mapping[str, Any], items: list[Obj]) -> bool:
+        """One event of a streaming list's initial phase; True at its end."""
+        typ = ev.get("type")
+        obj = ev.get("object") or {}
+        if typ == "ADDED":
+            items.append(self._prepare(obj))
+            return False
+        if typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+            self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
+            return True
+        if typ == "ERROR":
+            raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
+        raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
 
     def _synced_with(self, items: list[Obj], rv: str) -> None:
         self.relists += 1
@@ -345,6 +366,7 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             inactivity_timeout=self.inactivity_timeout,
+            drop_managed_fields=self._drop_managed_fields,
         )
         try:
             async for ev in stream:

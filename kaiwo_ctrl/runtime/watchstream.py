@@ -36,7 +36,8 @@ def cut_managed_fields(raw: bytes) -> bytes:
         end = raw.find(b"]", end + 1)
     if end < 0 or end == start or raw.find(b"\\\\", start, end) >= 0:
         return raw
-    return raw[:start] + raw[end:]
+    view = memoryview(raw)
+    return b"".join((view[:start], view[end:]))
 
 
 def decode_events(lines: list[bytes], drop_managed_fields: bool = False) -> Iterator[dict]:

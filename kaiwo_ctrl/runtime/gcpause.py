@@ -11,13 +11,16 @@ and the caches) is moved to the permanent generation (``gc.freeze``), so
 later full collections skip it too, and the collector resumes. Those objects
 are still freed by reference counting when a relist or a delete drops them.
 
-Only the first fill of the process is paused: a relist later, while
+The command that runs the operator holds a pause of its own from before its
+imports until the manager's caches are synced (module imports make many
+long-lived objects too). Only the first fill of the process is paused: a relist later, while
 controllers run, leaves the collector alone. A list that fails ends its
 pause; the manager's cache-sync timeout bounds a list that hangs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 
@@ -33,6 +36,7 @@ class CollectorPause:
     """Held by an informer during its start-up list; release is idempotent."""
 
     def __init__(self) -> None:
+        self._waiter: asyncio.Task | None = None
         self._held = not _State.done
         if not self._held:
             return
@@ -51,3 +55,12 @@ class CollectorPause:
             if _State.resume:
                 gc.freeze()
                 gc.enable()
+
+    def release_when_set(self, event: asyncio.Event) -> None:
+        """Release once ``event`` is set (e.g. the manager's caches are synced)."""
+
+        async def wait() -> None:
+            await event.wait()
+            self.release()
+
+        self._waiter = asyncio.create_task(wait(), name="collector-pause")

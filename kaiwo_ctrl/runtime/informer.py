@@ -338,16 +338,18 @@ class Informer:
     def _replace(self, items: list[Obj]) -> None:
         """Swap in a fresh (prepared) list: adds, updates where the RV moved, tombstone deletes."""
         initial = not self.has_synced
+        first_fill = not len(self.store)  # nothing to compare with or delete: skip the key set
         seen: set[str] = set()
         for obj in items:
-            key = object_key(obj)
-            seen.add(key)
+            if not first_fill:
+                seen.add(object_key(obj))
             old = self.store.put(obj)
             if old is None:
-                self._dispatch("on_add", obj, initial)
+                if self._handlers:
+                    self._dispatch("on_add", obj, initial)
             elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
                 self._dispatch("on_update", old, obj)
-        for key in [k for k in self.store.keys() if k not in seen]:
+        for key in [] if first_fill else [k for k in self.store.keys() if k not in seen]:
             old = self.store.delete(key)
             if old is not None:
                 self._dispatch("on_delete", old, True)

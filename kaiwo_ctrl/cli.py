@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kaiwo_ctrl.runtime.gcpause import CollectorPause
+from kaiwo_ctrl.runtime import heap
 
 DEFAULT_LOCAL_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kaiwo-ctrl" / "local"
 
@@ -243,15 +243,14 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     """Run a manager wired by ``build`` (default: the operator's controllers)."""
-    # the cyclic collector sits out the imports and the start-up cache fill (runtime/gcpause.py)
-    startup = CollectorPause()
+    heap.pause_startup()  # the cyclic collector sits out the imports and the start-up cache fill
     try:
-        return await _run_manager(args, build, startup)
+        return await _run_manager(args, build)
     finally:
-        startup.release()
+        heap.end_startup()
 
 
-async def _run_manager(args: argparse.Namespace, build: Any, startup: CollectorPause) -> int:
+async def _run_manager(args: argparse.Namespace, build: Any) -> int:
     import logging
 
     from kaiwo_ctrl.operator import build_operator
@@ -270,7 +269,6 @@ async def _run_manager(args: argparse.Namespace, build: Any, startup: CollectorP
         return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     mgr = _new_manager(args, client)
-    startup.release_when_set(mgr.ready)
     from kaiwo_ctrl.serving.command import run_with_manager, setup_serving
 
     webhooks = None

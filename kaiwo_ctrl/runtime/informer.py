@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
-from kaiwo_ctrl.runtime.gcpause import CollectorPause
+from kaiwo_ctrl.runtime.heap import CollectorPause
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gc
-
 import orjson
 
-from kaiwo_ctrl.runtime import gcpause
 from kaiwo_ctrl.runtime.watchstream import cut_managed_fields, decode_events
 from kaiwo_ctrl.runtime.wire import LineSplitter
 
@@ -84,24 +81,3 @@ def test_a_broken_line_raises_as_before():
         pass
     else:
         raise AssertionError("a cut-off line must not decode")
-
-
-def test_collector_pause_only_at_start_up(monkeypatch):
-    monkeypatch.setattr(gcpause._State, "done", False)
-    monkeypatch.setattr(gcpause._State, "holders", 0)
-    frozen = gc.get_freeze_count()
-    try:
-        a, b = gcpause.CollectorPause(), gcpause.CollectorPause()
-        assert not gc.isenabled()
-        a.release()
-        a.release()  # idempotent
-        assert not gc.isenabled()
-        b.release()
-        assert gc.isenabled() and gc.get_freeze_count() >= frozen
-        later = gcpause.CollectorPause()  # a relist after start-up: no pause
-        assert gc.isenabled()
-        later.release()
-        assert gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()

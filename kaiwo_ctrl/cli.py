@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kaiwo_ctrl.runtime import heap
-
 DEFAULT_LOCAL_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kaiwo-ctrl" / "local"
 
 
@@ -243,14 +241,6 @@ def _run(args: argparse.Namespace) -> int:
 
 async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     """Run a manager wired by ``build`` (default: the operator's controllers)."""
-    heap.pause_startup()  # the cyclic collector sits out the imports and the start-up cache fill
-    try:
-        return await _run_manager(args, build)
-    finally:
-        heap.end_startup()
-
-
-async def _run_manager(args: argparse.Namespace, build: Any) -> int:
     import logging
 
     from kaiwo_ctrl.operator import build_operator

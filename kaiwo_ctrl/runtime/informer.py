@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
-from kaiwo_ctrl.runtime.heap import CollectorPause
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
 
@@ -252,20 +251,17 @@ class Informer:
             kw.update(resource_version=rv, resource_version_match="NotOlderThan" if rv != "0" else None)
         items: list[Obj] = []
         list_rv = ""
-        pause = CollectorPause()
         try:
             async for page, list_rv in self.client.list_pages(self.resource, self.namespace, **kw):
                 items.extend(self._prepare(obj) for obj in page)
                 del page
-            self._synced_with(items, list_rv)
         except ApiError as e:
             if not (e.gone and rv):
                 raise
             # too old for the server: a quorum list instead
-            pause.release()
             await self._list_and_replace("")
-        finally:
-            pause.release()
+            return
+        self._synced_with(items, list_rv)
 
     async def _watch_list(self, rv: str) -> None:
         """Streaming list: one watch that sends every object as ADDED, then a
@@ -289,7 +285,6 @@ class Informer:
             drop_managed_fields=self._drop_managed_fields,
         )
         items: list[Obj] | None = []
-        pause = CollectorPause()
         try:
             async for batch in stream:
                 for ev in batch:
@@ -297,13 +292,11 @@ class Informer:
                         self._handle(ev)
                     elif self._initial_event(ev, items):
                         items, self._streamed = None, True
-                        pause.release()
         except ApiError as e:
             if e.status in (400, 422) and items is not None and not items:
                 raise WatchListUnsupported(str(e)) from e
             raise
         finally:
-            pause.release()
             await stream.aclose()
         if items is not None:
             raise ApiError(0, "the streaming list ended before its initial-events-end bookmark", "WATCH", str(self.resource))

@@ -260,7 +260,6 @@ class Manager:
             if self.settle_heap_every:
                 heap.tune()
             await self.start_cache()
-            heap.end_startup()  # before settling: what the start-up froze is not walked again
             log.info("caches synced", extra={"informers": self.cache.stats()})
             if self.settle_heap_every:
                 heap.settle()

@@ -20,8 +20,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import ValidationError
 
 from api.meta import parse_duration
@@ -32,6 +32,9 @@ from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.caches import pod_informer
+
+if TYPE_CHECKING:  # imported where used: httpx (and what it pulls in) costs ~50 ms at every start
+    import httpx
 
 from .gpu import MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
@@ -70,6 +73,8 @@ def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
     endpoint = (env.get(ENV_ENDPOINT) or "").strip()
     if not endpoint:
         raise MonitoringConfigError(f"{ENV_ENDPOINT} must be set when {ENV_ENABLED}=true")
+    import httpx
+
     try:
         url = httpx.URL(endpoint)
     except (httpx.InvalidURL, TypeError, ValueError) as e:
@@ -122,6 +127,8 @@ class ResourceMonitor:
 
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
+        import httpx
+
         async with httpx.AsyncClient(timeout=self.scrape_timeout) as http:
             while True:
                 try:
@@ -135,6 +142,8 @@ class ResourceMonitor:
                 await asyncio.sleep(self.interval)
 
     async def scrape(self, http: httpx.AsyncClient) -> str | None:
+        import httpx
+
         try:
             r = await http.get(self.endpoint)
         except httpx.HTTPError as e:

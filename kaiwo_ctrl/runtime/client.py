@@ -27,7 +27,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -36,7 +36,8 @@ import orjson
 from kaiwo_ctrl.runtime.apitypes import ApiError, Resource  # re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 from kaiwo_ctrl.runtime.transport import Transport
-from kaiwo_ctrl.runtime.wire import PATCH_TYPES, loads, split_lines, with_type
+from kaiwo_ctrl.runtime.watchstream import decode_events
+from kaiwo_ctrl.runtime.wire import PATCH_TYPES, LineSplitter, loads, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
@@ -307,7 +308,14 @@ class Client:
                 return None
             raise
 
-    async def watch(
+    async def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> AsyncGenerator[dict, None]:
+        """Stream watch events as dicts ``{"type": ..., "object": {...}}``
+        (one at a time; the arguments are those of :meth:`watch_batches`)."""
+        async for batch in self.watch_batches(res, namespace, **kw):
+            for ev in batch:
+                yield ev
+
+    async def watch_batches(
         self,
         res: Resource,
         namespace: str | None = None,
@@ -319,8 +327,10 @@ class Client:
         field_selector: str | None = None,
         inactivity_timeout: float = 90.0,
         send_initial_events: bool = False,
-    ) -> AsyncGenerator[dict, None]:
-        """Stream watch events as dicts ``{"type": ..., "object": {...}}``.
+        drop_managed_fields: bool = False,
+    ) -> AsyncGenerator[Iterator[dict], None]:
+        """Stream watch events, in batches of those that arrived together (each
+        batch an iterator that decodes its events as they are consumed).
 
         Lines are split on raw bytes (objects can be megabytes), and a stream
         that delivers nothing for ``inactivity_timeout`` seconds is treated
@@ -331,6 +341,8 @@ class Client:
         a consistent read) as ADDED, then a BOOKMARK annotated
         ``k8s.io/initial-events-end: "true"``, and then goes on as a watch.
         It requires bookmarks and the ``NotOlderThan`` match, which are set.
+        ``drop_managed_fields`` leaves ``metadata.managedFields`` out of the
+        objects, cut from the bytes before decoding where possible.
         """
         params = {
             "watch": "true",
@@ -353,8 +365,11 @@ class Client:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
                     raise ApiError(resp.status, loads(await resp.read()), "WATCH", path)
-                async for line in split_lines(resp.content.iter_any()):
-                    yield orjson.loads(line)
+                splitter = LineSplitter()
+                async for chunk in resp.content.iter_any():
+                    lines = splitter.feed(chunk)
+                    if lines:
+                        yield decode_events(lines, drop_managed_fields)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
 

@@ -108,6 +108,7 @@ class Informer:
         inactivity_timeout: float = 90.0,
         metrics: InformerMetricsHook | None = None,
         watch_list: bool = True,
+        keep_managed_fields: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -122,6 +123,9 @@ class Informer:
         self.metrics = metrics
         #: list by streaming (``sendInitialEvents``); turned off when the server refuses
         self.watch_list = watch_list
+        #: pass ``metadata.managedFields`` to the transform; otherwise (and with a
+        #: transform) they are cut from the bytes before decoding
+        self.keep_managed_fields = keep_managed_fields
         self.name = resource.kind
         self._handlers: list[Registration] = []
         self._synced = asyncio.Event()
@@ -229,6 +233,10 @@ class Informer:
             if resync:
                 resync.cancel()
 
+    @property
+    def _drop_managed_fields(self) -> bool:
+        return self.transform is not None and not self.keep_managed_fields
+
     def _prepare(self, obj: Obj) -> Obj:
         """Fill in kind/apiVersion (lists leave them out) and apply the transform."""
         obj.setdefault("kind", self.resource.kind)
@@ -265,7 +273,7 @@ class Informer:
         stream then carries on as the watch. Before that bookmark the server
         sends only ADDED events: anything else means it ignored the request.
         """
-        stream = self.client.watch(
+        stream = self.client.watch_batches(
             self.resource,
             self.namespace,
             resource_version=rv,
@@ -274,24 +282,16 @@ class Informer:
             field_selector=self.field_selector,
             inactivity_timeout=self.inactivity_timeout,
             send_initial_events=True,
+            drop_managed_fields=self._drop_managed_fields,
         )
         items: list[Obj] | None = []
         try:
-            async for ev in stream:
-                if items is None:
-                    self._handle(ev)
-                    continue
-                typ = ev.get("type")
-                obj = ev.get("object") or {}
-                if typ == "ADDED":
-                    items.append(self._prepare(obj))
-                elif typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                    self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
-                    items, self._streamed = None, True
-                elif typ == "ERROR":
-                    raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
-                else:
-                    raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
+            async for batch in stream:
+                for ev in batch:
+                    if items is None:
+                        self._handle(ev)
+                    elif self._initial_event(ev, items):
+                        items, self._streamed = None, True
         except ApiError as e:
             if e.status in (400, 422) and items is not None and not items:
                 raise WatchListUnsupported(str(e)) from e
@@ -303,6 +303,20 @@ class Informer:
         self.watch_restarts += 1
         if self.metrics:
             self.metrics.informer_watch_restart(self.name, "closed")
+
+    def _initial_event(self, ev: Mapping[str, Any], items: list[Obj]) -> bool:
+        """One event of a streaming list's initial phase; True at its end."""
+        typ = ev.get("type")
+        obj = ev.get("object") or {}
+        if typ == "ADDED":
+            items.append(self._prepare(obj))
+            return False
+        if typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+            self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
+            return True
+        if typ == "ERROR":
+            raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
+        raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
 
     def _synced_with(self, items: list[Obj], rv: str) -> None:
         self.relists += 1
@@ -317,16 +331,18 @@ class Informer:
     def _replace(self, items: list[Obj]) -> None:
         """Swap in a fresh (prepared) list: adds, updates where the RV moved, tombstone deletes."""
         initial = not self.has_synced
+        first_fill = not len(self.store)  # nothing to compare with or delete: skip the key set
         seen: set[str] = set()
         for obj in items:
-            key = object_key(obj)
-            seen.add(key)
+            if not first_fill:
+                seen.add(object_key(obj))
             old = self.store.put(obj)
             if old is None:
-                self._dispatch("on_add", obj, initial)
+                if self._handlers:
+                    self._dispatch("on_add", obj, initial)
             elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
                 self._dispatch("on_update", old, obj)
-        for key in [k for k in self.store.keys() if k not in seen]:
+        for key in [] if first_fill else [k for k in self.store.keys() if k not in seen]:
             old = self.store.delete(key)
             if old is not None:
                 self._dispatch("on_delete", old, True)
@@ -345,6 +361,7 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             inactivity_timeout=self.inactivity_timeout,
+            drop_managed_fields=self._drop_managed_fields,
         )
         try:
             async for ev in stream:

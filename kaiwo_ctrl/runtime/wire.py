@@ -39,30 +39,36 @@ def with_type(res: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"apiVersion": res.api_version, "kind": res.kind, **obj}
 
 
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Non-blank lines of a byte stream, in time linear in its length.
+class LineSplitter:
+    """Non-blank lines of a byte stream fed in chunks, in time linear in its
+    length: each chunk is scanned once for its last newline, and a line that
+    spans many chunks is copied out once. All the lines a chunk completes
+    come back together (one hop per chunk for the watch, not one per line)."""
 
-    Each byte is scanned for the newline once (a long line arriving in many
-    chunks is not rescanned from its start) and copied out once; consumed
-    lines are cut off the buffer once per chunk, not once per line.
-    """
-    buf = bytearray()
-    for_scan = 0
+    def __init__(self) -> None:
+        self._tail = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._tail += chunk
+            return []
+        if self._tail:
+            self._tail += chunk[:end]
+            block = bytes(self._tail)
+        else:
+            block = chunk[:end]
+        self._tail = bytearray(chunk[end + 1 :])
+        # an unterminated tail is a cut-off event: the caller resumes the watch
+        return [line for line in block.split(b"\n") if line and not line.isspace()]
+
+
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Non-blank lines of an async byte stream (see :class:`LineSplitter`)."""
+    splitter = LineSplitter()
     async for chunk in chunks:
-        buf += chunk
-        start = 0
-        while True:
-            i = buf.find(b"\n", for_scan)
-            if i < 0:
-                break
-            line = bytes(buf[start:i])
-            start = for_scan = i + 1
-            if line.strip():
-                yield line
-        if start:
-            del buf[:start]
-        for_scan = len(buf)
-    # an unterminated tail is a cut-off event: the caller resumes the watch
+        for line in splitter.feed(chunk):
+            yield line
 
 
 def encode_headers(h: Mapping[str, str], authority: str) -> list[tuple[bytes, bytes]]:

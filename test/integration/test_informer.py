@@ -204,6 +204,44 @@ async def test_streaming_list_then_the_same_stream_watches(client, admin, namesp
         await inf.stop()
 
 
+async def test_managed_fields_are_cut_unless_kept(client, admin, namespace):
+    """The default informer caches each object exactly as served minus
+    metadata.managedFields (cut from the bytes before decoding), from the
+    streaming list and from live events, whatever the transform; with
+    transform=None, or keep_managed_fields=True for a transform that reads
+    them, they are kept."""
+    tricky = {"metadata": {"name": "tricky", "labels": {"a": "x"},
+                           "annotations": {"note": 'has "managedFields":[ and ] and \\" inside'}},
+              "data": {"k": '"]', "back.slash": "\\\\"}}
+    r = admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=tricky)
+    assert r.status_code == 201, r.text
+    informers = {
+        "default": Informer(client, CONFIGMAPS, namespace=namespace),
+        "raw": Informer(client, CONFIGMAPS, namespace=namespace, transform=None),
+        "identity": Informer(client, CONFIGMAPS, namespace=namespace, transform=lambda o: o),
+        "kept": Informer(client, CONFIGMAPS, namespace=namespace, transform=lambda o: o, keep_managed_fields=True),
+    }
+    for inf in informers.values():
+        inf.start()
+    try:
+        for inf in informers.values():
+            assert await inf.wait_synced(30)
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("live", v="1"))
+        for name in ("tricky", "live"):
+            served = admin.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}").json()
+            assert served["metadata"]["managedFields"]
+            for inf in informers.values():
+                await eventually(lambda inf=inf, name=name: inf.get(name, namespace), what=f"{name} cached")
+            want = {**served, "metadata": {k: v for k, v in served["metadata"].items() if k != "managedFields"}}
+            assert informers["default"].get(name, namespace) == want
+            assert informers["identity"].get(name, namespace) == want
+            assert informers["raw"].get(name, namespace) == served
+            assert informers["kept"].get(name, namespace) == served
+    finally:
+        for inf in informers.values():
+            await inf.stop()
+
+
 class _WatchListOff(ControlPlane):
     def apiserver_args(self) -> list[str]:
         return [*super().apiserver_args(), "--feature-gates=WatchList=false"]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kaiwo_ctrl.runtime import supervise as sup
-from kaiwo_ctrl.runtime.client import split_lines
+from kaiwo_ctrl.runtime.wire import split_lines
 from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.workqueue import WorkQueue

@@ -1,0 +1,78 @@
+"""Decoding a watch stream: newline-delimited JSON events, many at a time.
+
+A watch response is one JSON event per line; the lines that arrive together
+(:class:`~kaiwo_ctrl.runtime.wire.LineSplitter`) are decoded here, one by one
+as the consumer takes them. A caller that never reads
+``metadata.managedFields`` can have them cut out of the bytes before
+decoding: they are about half of a typical object's JSON, so this roughly
+halves the decoding of a streaming list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+
+_MANAGED_FIELDS = b'"managedFields":['
+
+
+def cut_managed_fields(raw: bytes) -> bytes:
+    """``raw`` with the first ``"managedFields":[...]`` emptied to ``[]``, or
+    ``raw`` itself when that is not certain to be right.
+
+    Managed-fields entries hold no arrays (their ``fieldsV1`` is objects
+    only), so the list ends at the first ``]`` outside a string. Strings are
+    told apart by counting quotes, which is exact unless a backslash is
+    escaped; then nothing is cut. The caller checks that the emptied list is
+    the top-level ``metadata.managedFields`` (see :func:`decode_events`).
+    """
+    i = raw.find(_MANAGED_FIELDS)
+    if i < 0:
+        return raw
+    start = i + len(_MANAGED_FIELDS)
+    end = raw.find(b"]", start)
+    while end >= 0 and (raw.count(b'"', start, end) - raw.count(b'\\"', start, end)) % 2:
+        end = raw.find(b"]", end + 1)
+    if end < 0 or end == start or raw.find(b"\\\\", start, end) >= 0:
+        return raw
+    view = memoryview(raw)
+    return b"".join((view[:start], view[end:]))
+
+
+def decode_events(lines: list[bytes], drop_managed_fields: bool = False) -> Iterator[dict]:
+    """Decode watch-event lines one by one as they are consumed (each object
+    is then transformed while it is still in the CPU cache: decoding a whole
+    batch first made the transforms about half again as slow)."""
+    if not drop_managed_fields:
+        for line in lines:
+            yield orjson.loads(line)
+        return
+    for line in lines:
+        yield decode_event_without_managed_fields(line)
+
+
+def decode_event_without_managed_fields(line: bytes) -> dict:
+    """One watch event whose object has no ``metadata.managedFields``."""
+    cut = cut_managed_fields(line)
+    if cut is not line:
+        try:
+            ev = orjson.loads(cut)
+        except orjson.JSONDecodeError:
+            ev = None
+        meta = _metadata(ev)
+        if meta is not None and meta.get("managedFields") == []:
+            del meta["managedFields"]
+            return ev
+        # the emptied list was not the object's own: decode it whole
+    ev = orjson.loads(line)  # a broken line raises here, as it would have uncut
+    meta = _metadata(ev)
+    if meta is not None:
+        meta.pop("managedFields", None)
+    return ev
+
+
+def _metadata(ev: object) -> dict | None:
+    obj = ev.get("object") if type(ev) is dict else None
+    meta = obj.get("metadata") if type(obj) is dict else None
+    return meta if type(meta) is dict else None

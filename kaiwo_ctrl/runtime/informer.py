@@ -30,66 +30,23 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.informerapi import (  # re-exported: the informer's vocabulary
+    INITIAL_EVENTS_END,
+    Backoff,
+    EventHandler,
+    InformerMetricsHook,
+    Registration,
+    WatchListUnsupported,
+)
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
 
 log = logging.getLogger("kaiwo_ctrl.runtime.informer")
 
 Transform = Callable[[Obj], Obj]
-
-
-#: marks the bookmark that ends a streaming list's initial events
-INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-
-
-class WatchListUnsupported(Exception):
-    """The server refused or ignored a streaming list (``sendInitialEvents``)."""
-
-
-class EventHandler(Protocol):
-    def on_add(self, obj: Obj, initial: bool) -> None: ...
-
-    def on_update(self, old: Obj, new: Obj) -> None: ...
-
-    def on_delete(self, obj: Obj, tombstone: bool) -> None: ...
-
-
-@dataclass
-class Registration:
-    handler: EventHandler
-    synced: bool = False
-
-
-class InformerMetricsHook(Protocol):
-    def informer_event(self, kind: str, event_type: str) -> None: ...
-
-    def informer_objects(self, kind: str, count: int) -> None: ...
-
-    def informer_relist(self, kind: str, reason: str) -> None: ...
-
-    def informer_watch_restart(self, kind: str, reason: str) -> None: ...
-
-
-class Backoff:
-    """Exponential backoff with jitter, reset after a healthy interval."""
-
-    def __init__(self, initial: float = 0.8, factor: float = 2.0, cap: float = 30.0, reset_after: float = 120.0, jitter: float = 1.0):
-        self.initial, self.factor, self.cap, self.reset_after, self.jitter = initial, factor, cap, reset_after, jitter
-        self._current = initial
-        self._last_failure = 0.0
-
-    def next(self, now: float | None = None) -> float:
-        now = time.monotonic() if now is None else now
-        if self._last_failure and now - self._last_failure > self.reset_after:
-            self._current = self.initial
-        self._last_failure = now
-        delay = self._current * (1 + random.random() * self.jitter)
-        self._current = min(self._current * self.factor, self.cap)
-        return min(delay, self.cap * (1 + self.jitter))
 
 
 class Informer:

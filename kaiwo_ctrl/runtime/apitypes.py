@@ -1,11 +1,16 @@
-"""How the client names a kind of the API (:class:`Resource`) and reports a failed request (:class:`ApiError`)."""
+"""How the client names a kind of the API (:class:`Resource`), reports a failed
+request (:class:`ApiError`) and retries a read-modify-write on conflict."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,3 +104,23 @@ def resource_of(path: str) -> str:
     if not rest:
         return ""
     return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
+
+
+async def retry_on_conflict(
+    fn: Callable[[], Awaitable[T]], attempts: int = 5, base_delay: float = 0.01, max_delay: float = 1.0
+) -> T:
+    """Run a read-modify-write ``fn`` again on 409 Conflict, with jittered backoff.
+
+    ``fn`` must re-read the object itself on every call: retrying a write with
+    the same stale resourceVersion can only fail again.
+    """
+    delay = base_delay
+    for attempt in range(attempts):
+        try:
+            return await fn()
+        except ApiError as e:
+            if not e.conflict or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, max_delay)
+    raise AssertionError("unreachable")  # pragma: no cover

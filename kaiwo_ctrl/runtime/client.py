@@ -24,22 +24,24 @@ from __future__ import annotations
 import builtins
 import asyncio
 import logging
-import random
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
 import orjson
 
-from kaiwo_ctrl.runtime.apitypes import ApiError, Resource  # re-exported: the client's vocabulary
+from kaiwo_ctrl.runtime.apitypes import ApiError, Resource, retry_on_conflict  # noqa: F401 - re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 from kaiwo_ctrl.runtime.transport import Transport
+from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
 from kaiwo_ctrl.runtime.watchstream import decode_events
 from kaiwo_ctrl.runtime.wire import PATCH_TYPES, LineSplitter, loads, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
+
+_WRITES = frozenset(("POST", "PUT", "PATCH"))
 
 T = TypeVar("T")
 
@@ -65,6 +67,10 @@ class Client:
         self._max_connections = max_connections
         self.transport = Transport(config, user_agent=user_agent, max_connections=max_connections)
         self.hooks: list[RequestHook] = []
+        #: answers to writes (POST, PUT, PATCH) come without metadata.managedFields,
+        #: cut from the bytes before decoding: a manager turns this on, as its
+        #: caches hold none and its writes' answers stand in for cached objects
+        self.trim_write_answers = False
         #: requests by HTTP method since start (tests and benchmarks read this)
         self.counts: Counter[str] = Counter()
 
@@ -78,7 +84,7 @@ class Client:
             max_connections=max_connections,
             request_timeout=self.request_timeout,
         )
-        other.hooks, other.counts = self.hooks, self.counts
+        other.hooks, other.counts, other.trim_write_answers = self.hooks, self.counts, self.trim_write_answers
         return other
 
     @classmethod
@@ -118,8 +124,8 @@ class Client:
     ) -> Any:
         """One API request (through :mod:`.transport`); the decoded JSON answer
         (None for an empty one, or when ``decode`` is false: a caller that does
-        not read the answer saves decoding it). Errors raise :class:`ApiError`
-        whatever ``decode`` says."""
+        not read the answer saves decoding it); see ``trim_write_answers``.
+        Errors raise :class:`ApiError` whatever ``decode`` says."""
         target = self.transport.target(path, params)
         data = b""
         if body is not None:
@@ -134,7 +140,11 @@ class Client:
             )
             if status >= 400:
                 raise ApiError(status, loads(raw), method, path, float(retry_after) if retry_after else None)
-            return loads(raw) if raw and decode else None
+            if not raw or not decode:
+                return None
+            if self.trim_write_answers and method in _WRITES:
+                return decode_object_without_managed_fields(raw)
+            return loads(raw)
         except (TimeoutError, OSError) as exc:
             raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
         finally:
@@ -375,23 +385,3 @@ class Client:
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")
-
-
-async def retry_on_conflict(
-    fn: Callable[[], Awaitable[T]], attempts: int = 5, base_delay: float = 0.01, max_delay: float = 1.0
-) -> T:
-    """Run a read-modify-write ``fn`` again on 409 Conflict, with jittered backoff.
-
-    ``fn`` must re-read the object itself on every call: retrying a write with
-    the same stale resourceVersion can only fail again.
-    """
-    delay = base_delay
-    for attempt in range(attempts):
-        try:
-            return await fn()
-        except ApiError as e:
-            if not e.conflict or attempt == attempts - 1:
-                raise
-            await asyncio.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, max_delay)
-    raise AssertionError("unreachable")  # pragma: no cover

@@ -91,6 +91,8 @@ class Manager:
     * ``stall_threshold`` (600 s): a synced informer whose watch has been silent
       for longer makes ``/readyz`` fail (bookmarks arrive about once a minute).
     * ``component`` ("kaiwo-ctrl"): the Event source name.
+    * ``trim_write_answers`` (True): the client's answers to writes come
+      without ``managedFields`` (see :class:`Client`); the caches hold none.
     * ``settle_heap_every`` (600 s): after the caches sync, and then at this
       interval, the heap's survivors are frozen out of the cyclic garbage
       collector's passes (:mod:`.heap`); 0 leaves the collector as Python sets it.
@@ -106,12 +108,14 @@ class Manager:
     stall_threshold: float = 600.0
     component: str = "kaiwo-ctrl"
     settle_heap_every: float = 600.0
+    trim_write_answers: bool = True
     #: Secure metrics (runtime/metricsauth.py): a MetricsAuth whose ``guard``
     #: wraps the /metrics handler, and the TLS context of the metrics server.
     metrics_auth: Any = None
     metrics_ssl: Any = None
 
     def __post_init__(self) -> None:
+        self.client.trim_write_answers = self.trim_write_answers
         self.cache = Cache(self.client, metrics=self.metrics)
         self.recorder = EventRecorder(self.client, self.component)
         self.controllers: list[Controller] = []

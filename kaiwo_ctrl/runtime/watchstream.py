@@ -10,7 +10,8 @@ halves the decoding of a streaming list.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 
@@ -54,25 +55,37 @@ def decode_events(lines: list[bytes], drop_managed_fields: bool = False) -> Iter
 
 def decode_event_without_managed_fields(line: bytes) -> dict:
     """One watch event whose object has no ``metadata.managedFields``."""
-    cut = cut_managed_fields(line)
-    if cut is not line:
+    return _decode_without_managed_fields(line, _event_metadata)
+
+
+def decode_object_without_managed_fields(raw: bytes) -> Any:
+    """One object (an API answer) without ``metadata.managedFields``."""
+    return _decode_without_managed_fields(raw, _metadata)
+
+
+def _decode_without_managed_fields(raw: bytes, metadata: Callable[[object], dict | None]) -> Any:
+    cut = cut_managed_fields(raw)
+    if cut is not raw:
         try:
-            ev = orjson.loads(cut)
+            doc = orjson.loads(cut)
         except orjson.JSONDecodeError:
-            ev = None
-        meta = _metadata(ev)
+            doc = None
+        meta = metadata(doc)
         if meta is not None and meta.get("managedFields") == []:
             del meta["managedFields"]
-            return ev
+            return doc
         # the emptied list was not the object's own: decode it whole
-    ev = orjson.loads(line)  # a broken line raises here, as it would have uncut
-    meta = _metadata(ev)
+    doc = orjson.loads(raw)  # broken JSON raises here, as it would have uncut
+    meta = metadata(doc)
     if meta is not None:
         meta.pop("managedFields", None)
-    return ev
+    return doc
 
 
-def _metadata(ev: object) -> dict | None:
-    obj = ev.get("object") if type(ev) is dict else None
+def _event_metadata(ev: object) -> dict | None:
+    return _metadata(ev.get("object") if type(ev) is dict else None)
+
+
+def _metadata(obj: object) -> dict | None:
     meta = obj.get("metadata") if type(obj) is dict else None
     return meta if type(meta) is dict else None

@@ -81,3 +81,18 @@ def test_a_broken_line_raises_as_before():
         pass
     else:
         raise AssertionError("a cut-off line must not decode")
+
+
+def test_write_answers_lose_only_their_own_managed_fields():
+    from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
+
+    obj = {"kind": "Job", "metadata": {"name": "j", "managedFields": MANAGED, "labels": {"a": "b"}}, "spec": {"x": [1, 2]}}
+    out = decode_object_without_managed_fields(orjson.dumps(obj))
+    assert out == {"kind": "Job", "metadata": {"name": "j", "labels": {"a": "b"}}, "spec": {"x": [1, 2]}}
+    # a "managedFields" list elsewhere comes first in the bytes: it is kept, and
+    # the object's own is still dropped (decoded whole)
+    tricky = {"data": {"managedFields": [1]}, "metadata": {"name": "c", "managedFields": MANAGED}}
+    out = decode_object_without_managed_fields(orjson.dumps(tricky))
+    assert out == {"data": {"managedFields": [1]}, "metadata": {"name": "c"}}
+    plain = {"metadata": {"name": "p"}}
+    assert decode_object_without_managed_fields(orjson.dumps(plain)) == plain

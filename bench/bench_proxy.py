@@ -107,6 +107,7 @@ async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: f
     await runner.setup()
     for h in HOSTS:
         await web.TCPSite(runner, h, PORT_BASE, backlog=4096, reuse_address=True).start()
+    _settle()
     print("ready", flush=True)
     await asyncio.Event().wait()
 
@@ -135,8 +136,20 @@ async def _proxy_main(port: int) -> None:
     server = ProxyServer(ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None), ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
     await server.started.wait()
+    _settle()
     print("ready", flush=True)
     await task
+
+
+def _settle() -> None:
+    """The collector settings a manager applies once its caches are synced
+    (``kaiwo-ctrl run`` and ``kaiwo-ctrl proxy`` run the proxy under one); the
+    fake servers and the load generator use them too, so that their own
+    collections do not add pauses to what is measured."""
+    from kaiwo_ctrl.runtime import heap
+
+    heap.tune()
+    heap.settle()
 
 
 def _spawn(role: str, *args: str) -> subprocess.Popen:
@@ -217,6 +230,7 @@ async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms
     from kaiwo_ctrl.runtime.http1 import Pool  # imported late: from the tree this script sits in
 
     s = Pool(max_idle_per_host=1024)
+    _settle()
     try:
         await run_load(s, direct, 8, 400, False, 0)  # warm up connections
         await run_load(s, proxied, 8, 400, False, 0)

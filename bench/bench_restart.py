@@ -127,8 +127,32 @@ def count_jobs(h: httpx.Client) -> int:
     return len(meta.get("items") or []) + int(meta["metadata"].get("remainingItemCount") or 0)
 
 
+def busy_share(interval: float = 1.0) -> float:
+    """The share of all CPUs' time spent busy over ``interval`` (from /proc/stat)."""
+    def snap() -> tuple[int, int]:
+        vals = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(vals), vals[3] + vals[4]  # all, idle + iowait
+
+    t0, i0 = snap()
+    time.sleep(interval)
+    t1, i1 = snap()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_quiet(limit: float = 60.0, threshold: float = 0.1) -> float:
+    """Until the machine is idle (what the creating run or the last restart
+    set going, e.g. the API server's compaction, has finished), at most
+    ``limit`` seconds; returns the busy share measured last."""
+    end = time.monotonic() + limit
+    while True:
+        busy = busy_share()
+        if busy < threshold or time.monotonic() > end:
+            return busy
+
+
 def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None:
     for i in range(args.restarts):
+        busy = wait_quiet()
         load = os.getloadavg()[0]
         op = Operator(kc, args.workers, logs / f"restart-{i}.log")
         ready_at = wait(op.ready, 300, "ready")
@@ -138,7 +162,7 @@ def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None
         rss_pass, cpu_pass, writes = op.rss_mib(), op.cpu() - cpu_ready, op.writes() - w0
         peak_restart = op.peak_mib()
         op.stop()
-        print(f"restart {i + 1} (load {load:.1f}): ready in {ready:.2f} s (CPU {cpu_ready:.2f} s, RSS {rss_ready:.0f} MiB); "
+        print(f"restart {i + 1} (load {load:.1f}, CPUs {busy:.0%} busy just before): ready in {ready:.2f} s (CPU {cpu_ready:.2f} s, RSS {rss_ready:.0f} MiB); "
               f"first pass done {done_at - op.t0:.2f} s after start ({done_at - ready_at:.2f} s after ready, "
               f"CPU {cpu_pass:.2f} s, RSS {rss_pass:.0f} MiB, peak {peak_restart:.0f} MiB); "
               f"writes in the first pass: {writes:.0f}", flush=True)

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import sys
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -97,7 +96,7 @@ async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: s
         return False
     params = {"container": container, "follow": "true" if follow else None, "tailLines": tail}
     path = PODS.path(meta["namespace"], name, "log")
-    url = client.config.host + path + "?" + urlencode({k: v for k, v in params.items() if v is not None})
+    url = client.transport.url(path, params)
     # The client has no streaming GET for plain text; its session and auth headers are reused here.
     headers = await client._headers(None)
     headers["Accept"] = "*/*"

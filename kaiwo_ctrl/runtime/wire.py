@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -61,14 +61,6 @@ class LineSplitter:
         self._tail = bytearray(chunk[end + 1 :])
         # an unterminated tail is a cut-off event: the caller resumes the watch
         return [line for line in block.split(b"\n") if line and not line.isspace()]
-
-
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Non-blank lines of an async byte stream (see :class:`LineSplitter`)."""
-    splitter = LineSplitter()
-    async for chunk in chunks:
-        for line in splitter.feed(chunk):
-            yield line
 
 
 def encode_headers(h: Mapping[str, str], authority: str) -> list[tuple[bytes, bytes]]:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kaiwo_ctrl.runtime import supervise as sup
-from kaiwo_ctrl.runtime.wire import split_lines
+from kaiwo_ctrl.runtime.wire import LineSplitter
 from kaiwo_ctrl.runtime.controller import Controller
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.workqueue import WorkQueue
@@ -110,7 +110,9 @@ async def _chunks(parts):
 
 
 async def _lines(parts) -> list[bytes]:
-    return [line async for line in split_lines(_chunks(parts))]
+    """The non-blank lines of a chunked stream, as the watch splits them."""
+    splitter = LineSplitter()
+    return [line async for chunk in _chunks(parts) for line in splitter.feed(chunk)]
 
 
 async def test_split_lines_across_chunks():

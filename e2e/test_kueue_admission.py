@@ -104,13 +104,20 @@ def test_quota_two_run_third_waits_until_one_finishes(queue_ready):
         wls = {n: workload(admin, n) for n in names}
         holding = [n for n, w in wls.items() if holds_quota(w)]
         assert len(holding) <= 2, f"Kueue admitted more than 16 GPUs: {holding}"
-        waiting = [n for n, w in wls.items() if w and not holds_quota(w) and condition(w, "Finished").get("status") != "True"]
+        # Kueue's verdict on the third: a fresh Workload has no status yet, so wait
+        # until it says QuotaReserved=False because the quota is used up.
+        waiting = [n for n, w in wls.items() if w and condition(w, "QuotaReserved").get("reason") == "Pending"]
         return len(holding) == 2 and len(waiting) == 1 and (holding, waiting[0], wls[waiting[0]])
 
     holding, waiting, wl = wait_for(two_hold_one_waits, 120, "two Workloads admitted and the third pending")
-    assert condition(wl, "QuotaReserved").get("reason") == "Pending", wl["status"]
+    assert condition(wl, "QuotaReserved").get("status") == "False", wl["status"]
     assert GPU in condition(wl, "QuotaReserved").get("message", ""), condition(wl, "QuotaReserved")
-    assert status(admin, waiting) == "PENDING"
+
+    def waiting_job_shown_pending():
+        watch.poll()
+        return "PENDING" in watch.seen[waiting]
+
+    wait_for(waiting_job_shown_pending, 30, f"KaiwoJob {waiting} PENDING")
 
     def third_runs_after_one_finished():
         watch.poll()

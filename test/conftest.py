@@ -7,6 +7,7 @@ built the fixture fails loudly rather than skipping.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -14,6 +15,20 @@ from pathlib import Path
 import pytest
 
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored():
+    """A test that runs a CLI in-process installs a handler on the root logger
+    bound to that test's captured stderr; drop it when the test ends, so later
+    log records are not written to a closed stream."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

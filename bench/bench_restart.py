@@ -12,7 +12,11 @@ RSS. It stops it and starts it again (the restart) and prints:
 * RSS at both points (and the creating run's peak, the target to stay under);
 * CPU seconds of the operator process up to ready and over the first pass;
 * writes (POST/PUT/PATCH/DELETE, lease renewals excluded) in the first pass: 0
-  is expected, since nothing changed.
+  is expected, since nothing changed;
+* the API server's floor: how long it takes to send the streaming lists of
+  all KaiwoJobs and all Jobs (the two big ones the operator syncs) to a
+  reader that only reads them, and the server's CPU seconds for that: no
+  operator can be ready sooner than its start-up plus this.
 
 Figures come from /proc and from the operator's own /metrics; the load
 average is printed with each restart, since the machine may be shared. The
@@ -33,9 +37,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +56,7 @@ from bench_kaiwojobs import arrange  # noqa: E402
 from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
 from kaiwo_ctrl.runtime.client import Client  # noqa: E402
+from kaiwo_ctrl.runtime.restconfig import RestConfig  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NS = "bench-restart"
@@ -80,8 +88,7 @@ class Operator:
         return self.status("VmHWM") / 1024
 
     def cpu(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return proc_cpu(self.proc.pid)
 
     def ready(self) -> bool:
         try:
@@ -169,6 +176,56 @@ def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None
     print(f"target: ready <= 1.5 s; RSS after restart <= creating run's peak ({peak:.0f} MiB)")
 
 
+def read_streaming_list(cfg: RestConfig, path: str, out: dict[str, int]) -> None:
+    """Read one streaming list (watch with sendInitialEvents) as raw bytes until
+    its initial-events-end bookmark; nothing is decoded."""
+    host, _, port = cfg.host.split("//", 1)[1].rpartition(":")
+    ctx = cfg.ssl_context()
+    assert isinstance(ctx, ssl.SSLContext), "an https API server"
+    auth = f"Authorization: Bearer {cfg.token}\r\n" if cfg.token else ""
+    query = "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+    with ctx.wrap_socket(socket.create_connection((host.strip("[]"), int(port))), server_hostname=host.strip("[]")) as s:
+        s.sendall(f"GET {path}?{query} HTTP/1.1\r\nHost: {host}\r\n{auth}Accept: application/json\r\n\r\n".encode())
+        tail, n = b"", 0
+        while True:
+            data = s.recv(1 << 20)
+            if not data:
+                break
+            n += len(data)
+            if b"initial-events-end" in tail + data:
+                break
+            tail = data[-64:]
+    out[path] = n
+
+
+def server_floor(kc: str, apiserver_pid: int | None) -> None:
+    """The API server's floor (see the module docstring), three times."""
+    cfg = loop.run(RestConfig.load(kc))
+    if cfg.token_hook is not None or not cfg.host.startswith("https"):
+        print("API server floor: skipped (needs an https server and a client certificate or static token)")
+        return
+    paths = ["/apis/kaiwo.silogen.ai/v1alpha1/kaiwojobs", "/apis/batch/v1/jobs"]
+    for i in range(3):
+        wait_quiet()
+        out: dict[str, int] = {}
+        cpu0 = proc_cpu(apiserver_pid) if apiserver_pid else 0.0
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=read_streaming_list, args=(cfg, p, out)) for p in paths]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        took = time.perf_counter() - t0
+        cpu = f", API server CPU {proc_cpu(apiserver_pid) - cpu0:.2f} s" if apiserver_pid else ""
+        print(f"API server floor {i + 1}: both streaming lists ({sum(out.values()) / 2**20:.0f} MiB) read raw in "
+              f"{took:.2f} s{cpu}", flush=True)
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def compile_bytecode() -> None:
     """Byte-compile kaiwo_ctrl and api as the image's ``pip install`` does."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", "kaiwo_ctrl", "api"], cwd=REPO, check=True,
@@ -182,11 +239,13 @@ def main() -> int:
     p.add_argument("--restarts", type=int, default=2)
     p.add_argument("--kubeconfig", help="an existing control plane holding --count KaiwoJobs and their Jobs")
     p.add_argument("--peak", type=float, default=0.0, help="with --kubeconfig: the creating run's peak RSS, MiB")
+    p.add_argument("--apiserver-pid", type=int, help="with --kubeconfig: the API server's pid, for its CPU seconds")
     args = p.parse_args()
     compile_bytecode()
     if args.kubeconfig:
         with tempfile.TemporaryDirectory(prefix="bench-restart-") as d:
             restarts(args.kubeconfig, args, Path(d), args.peak)
+        server_floor(args.kubeconfig, args.apiserver_pid)
         return 0
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as d:
         plane = ControlPlane(directory=Path(d), assets=locate_assets(build=True))
@@ -209,6 +268,7 @@ def main() -> int:
                 op.stop()
                 print(f"creating run: {args.count} Jobs in {created_in:.1f} s; peak RSS {peak:.0f} MiB")
                 restarts(kc, args, Path(d), peak)
+            server_floor(kc, plane.processes["kube-apiserver"].pid)
         finally:
             plane.stop()
     return 0

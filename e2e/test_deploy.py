@@ -165,8 +165,13 @@ def test_kaiwojob_runs_and_completes_on_simulated_nodes(operator, admin):
     assert "RUNNING" in seen and seen[-1] == "COMPLETE", seen
     final = get(admin, f"{KAIWO}/namespaces/{NS}/kaiwojobs/hello-job")["status"]
     assert final.get("startTime") and final.get("completionTime")
-    reasons = {e["reason"] for e in get(admin, f"/api/v1/namespaces/{NS}/events")["items"] if e["involvedObject"]["name"] == "hello-job"}
-    assert {"WorkloadPending", "WorkloadRunning", "WorkloadComplete"} <= reasons, reasons
+
+    def reasons() -> set[str]:
+        return {e["reason"] for e in get(admin, f"/api/v1/namespaces/{NS}/events")["items"] if e["involvedObject"]["name"] == "hello-job"}
+
+    # Events are written in the background, after the status write that reports the change
+    wait_for(lambda: {"WorkloadPending", "WorkloadRunning", "WorkloadComplete"} <= reasons(), 30,
+             "the KaiwoJob's Pending, Running and Complete Events")
     finished = workload_when(admin, wl["metadata"]["name"], "Finished", "Kueue to mark the Workload Finished (its quota released)")
     assert finished["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == batch["metadata"]["uid"]
 

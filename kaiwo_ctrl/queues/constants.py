@@ -27,6 +27,9 @@ LOCAL_QUEUE = "LocalQueue"
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 TOPOLOGY = "Topology"
 
+#: The top-level ClusterQueue spec fields Kueue's CRD defaults (nested defaults aside).
+CLUSTER_QUEUE_SPEC_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
+
 #: Kind -> plural resource name (for the reconciler's REST paths).
 KUEUE_PLURALS = {
     RESOURCE_FLAVOR: "resourceflavors",

@@ -17,6 +17,7 @@ from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.defaulting import apply_defaults
 
 from .constants import (
+    CLUSTER_QUEUE_SPEC_DEFAULTS,
     DEFAULT_CLUSTER_QUEUE_NAME,
     DEFAULT_COHORT_NAME,
     DEFAULT_TOPOLOGY_NAME,
@@ -177,7 +178,7 @@ def merge_queue_config_spec(
 
 
 # ---------------------------------------------------------------------------
-# One-call helper for the reconciler (15.5 with the KaiwoConfig settings applied)
+# One-call helper for the reconciler: discovery and the default queue config, with the KaiwoConfig settings applied
 # ---------------------------------------------------------------------------
 
 
@@ -243,7 +244,7 @@ def ensure_default_queue_config(
 
 #: ClusterQueue spec fields the KaiwoQueueConfig CRD may default inside an embedded
 #: spec; a queue-config spec that differs only by these defaults needs no write.
-_CQ_ENTRY_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
+_CQ_ENTRY_DEFAULTS = CLUSTER_QUEUE_SPEC_DEFAULTS
 
 
 def _without_entry_defaults(spec: Any) -> Any:

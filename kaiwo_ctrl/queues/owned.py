@@ -24,8 +24,9 @@ from typing import Any
 
 from kaiwo_ctrl.quantity import QuantityError, parse_quantity
 
-from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, TOPOLOGY, WORKLOAD_PRIORITY_CLASS
+from .constants import CLUSTER_QUEUE, CLUSTER_QUEUE_SPEC_DEFAULTS, LOCAL_QUEUE, RESOURCE_FLAVOR, TOPOLOGY, WORKLOAD_PRIORITY_CLASS
 from .kueue import translate_cluster_queue_spec
+from .translate import drop_nulls
 
 
 def _quantity(value: Any) -> Any:
@@ -37,22 +38,14 @@ def _quantity(value: Any) -> Any:
         return value
 
 
-def _without_none(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_none(v) for v in value]
-    return value
-
-
 def normalize_cluster_queue_spec(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     """A v1beta2 ClusterQueue spec with CRD defaults applied and quantities as Decimals.
 
     A spec still in v1beta1 shape (read through the v1beta1 endpoint) is translated first.
     """
-    out, _ = translate_cluster_queue_spec(_without_none(dict(spec or {})))
-    out.setdefault("queueingStrategy", "BestEffortFIFO")
-    out.setdefault("stopPolicy", "None")
+    out, _ = translate_cluster_queue_spec(dict(spec or {}))  # (which drops None values)
+    for key, value in CLUSTER_QUEUE_SPEC_DEFAULTS.items():
+        out.setdefault(key, value)
     fung = out.setdefault("flavorFungibility", {})
     fung.setdefault("whenCanBorrow", "MayStopSearch")
     fung.setdefault("whenCanPreempt", "TryNextFlavor")
@@ -76,7 +69,7 @@ def normalize_cluster_queue_spec(spec: Mapping[str, Any] | None) -> dict[str, An
 
 
 def _drop_empty(spec: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in _without_none(dict(spec or {})).items() if v not in ({}, [], "")}
+    return {k: v for k, v in drop_nulls(dict(spec or {})).items() if v not in ({}, [], "")}
 
 
 def owned_fields(obj: Mapping[str, Any]) -> Any:
@@ -91,8 +84,8 @@ def owned_fields(obj: Mapping[str, Any]) -> Any:
     if kind == WORKLOAD_PRIORITY_CLASS:
         return (obj.get("value"), obj.get("description") or "")
     if kind == TOPOLOGY:
-        return _without_none((obj.get("spec") or {}).get("levels") or [])
-    return _without_none(obj.get("spec"))
+        return drop_nulls((obj.get("spec") or {}).get("levels") or [])
+    return drop_nulls(obj.get("spec"))
 
 
 def immutable_change(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> str | None:

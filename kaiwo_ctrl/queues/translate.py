@@ -105,12 +105,12 @@ def shape_problems(value: Any, shape: Any, path: str = "") -> list[str]:
     return out
 
 
-def _drop_nulls(value: Any) -> Any:
+def drop_nulls(value: Any) -> Any:
     """Deep copy without ``None`` map values (the apiserver drops nulls of non-nullable fields)."""
     if isinstance(value, Mapping):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
+        return [drop_nulls(v) for v in value]
     return copy.deepcopy(value)
 
 
@@ -124,7 +124,7 @@ def translate_cluster_queue_spec(spec: Mapping[str, Any] | None) -> tuple[dict[s
     """
     if not isinstance(spec, Mapping):
         return {}, [] if spec is None else ["spec: must be an object"]
-    src = {k: _drop_nulls(v) for k, v in spec.items() if v is not None and v != ""}
+    src = {k: drop_nulls(v) for k, v in spec.items() if v is not None and v != ""}
     problems: list[str] = []
 
     cohort = src.pop("cohort", None)

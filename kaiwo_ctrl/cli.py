@@ -250,6 +250,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     from kaiwo_ctrl.runtime.tracing import setup_tracing
 
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
+    from kaiwo_ctrl.settings import operator_namespace
 
     log = logging.getLogger("kaiwo_ctrl")
     try:
@@ -267,7 +268,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         if build is not None:
             await build(mgr, workers=args.workers, tracer=tracer)
         else:
-            namespace = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
+            namespace = operator_namespace(args.leader_election_namespace)
             webhooks = await build_operator(
                 mgr, workers=args.workers, tracer=tracer, model_config=model_config,
                 webhooks=_webhook_options(args, namespace),
@@ -299,11 +300,11 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 def _new_manager(args: argparse.Namespace, client: Any) -> Any:
     """The Manager of ``run``/``proxy``: leader election and secure metrics as the flags ask."""
     from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, Manager
+    from kaiwo_ctrl.settings import operator_namespace
 
     le = None
     if getattr(args, "leader_elect", False):
-        ns = args.leader_election_namespace or _pod_namespace() or "kaiwo-system"
-        le = LeaderElectionConfig(name=args.leader_election_id, namespace=ns)
+        le = LeaderElectionConfig(name=args.leader_election_id, namespace=operator_namespace(args.leader_election_namespace))
     mgr = Manager(
         client,
         metrics_addr=args.metrics_bind_address,
@@ -338,11 +339,6 @@ def _stop_on_signals(log: Any) -> asyncio.Event:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     return stop
-
-
-def _pod_namespace() -> str | None:
-    p = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    return p.read_text().strip() if p.exists() else None
 
 
 if __name__ == "__main__":

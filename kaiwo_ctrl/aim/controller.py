@@ -20,10 +20,8 @@ Nothing is written when nothing changed.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODELS
@@ -34,6 +32,7 @@ from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.resources import NAMESPACES, discover
+from kaiwo_ctrl.settings import operator_namespace
 
 from .effective import resolve
 from .routes import (
@@ -64,17 +63,6 @@ OURS = f"{LABEL_MANAGED}={MANAGED_BY}"
 DEBOUNCE = 0.2
 #: Seconds until a route name held by an HTTPRoute we did not make is tried again.
 TAKEN_RETRY = 60.0
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def operator_namespace() -> str:
-    """The operator's namespace: ``POD_NAMESPACE``, the service account's, else ``kaiwo-system``."""
-    ns = os.environ.get("POD_NAMESPACE", "").strip()
-    if not ns and _SA_NAMESPACE.is_file():
-        ns = _SA_NAMESPACE.read_text().strip()
-    return ns or "kaiwo-system"
-
-
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 

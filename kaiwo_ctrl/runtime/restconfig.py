@@ -113,6 +113,17 @@ def _token_file(path: str, every: float = 60.0) -> Callable[[], Awaitable[str | 
     return token
 
 
+def pod_namespace(sa_dir: str = SERVICE_ACCOUNT_DIR) -> str | None:
+    """The namespace this process runs in: ``$POD_NAMESPACE`` (the downward API),
+    else its service account's; None out of a cluster."""
+    ns = os.environ.get("POD_NAMESPACE", "").strip()
+    path = os.path.join(sa_dir, "namespace")
+    if not ns and os.path.isfile(path):
+        with open(path) as f:
+            ns = f.read().strip()
+    return ns or None
+
+
 def _in_cluster(sa_dir: str = SERVICE_ACCOUNT_DIR) -> RestConfig:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:

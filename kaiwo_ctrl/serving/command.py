@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
@@ -59,13 +59,6 @@ def add_autoscaler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--autoscaler-peer-selector", default=env("MODEL_AUTOSCALING_PEER_SELECTOR", DEFAULT_PEER_SELECTOR),
                    help="label selector of the proxy replica Pods in the operator's namespace")
     p.add_argument("--autoscaler-peer-metrics-port", type=int, default=int(env("MODEL_AUTOSCALING_PEER_METRICS_PORT", "8080")))
-
-
-def operator_namespace(explicit: str | None = None) -> str:
-    if explicit:
-        return explicit
-    p = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    return os.environ.get("POD_NAMESPACE") or (p.read_text().strip() if p.exists() else "kaiwo-system")
 
 
 def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, model_config: Any = None) -> ProxyServer | None:

@@ -15,8 +15,18 @@ from kaiwo_ctrl.kinds import KAIWOCONFIGS
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.restconfig import pod_namespace
 
 log = logging.getLogger("kaiwo_ctrl.settings")
+
+#: Where the operator runs when neither a flag nor its pod says otherwise.
+DEFAULT_OPERATOR_NAMESPACE = "kaiwo-system"
+
+
+def operator_namespace(explicit: str | None = None) -> str:
+    """The operator's namespace (its Lease, webhook Service, autoscaler state,
+    gateway ReferenceGrants): ``explicit`` (a flag), else the pod's, else ``kaiwo-system``."""
+    return explicit or pod_namespace() or DEFAULT_OPERATOR_NAMESPACE
 
 
 class ConfigMissing(RuntimeError):

@@ -108,3 +108,23 @@ def test_fast_path_agrees_with_kubernetes_asyncio(tmp_path):
     lib = asyncio.run(RestConfig._load_with_library(path, None))
     assert (fast.host, fast.verify) == (lib.host, lib.verify)
     assert asyncio.run(lib.token_hook()) == f"Bearer {fast.token}"
+
+
+def test_pod_namespace_and_the_operator_namespace(tmp_path, monkeypatch):
+    from kaiwo_ctrl.settings import operator_namespace
+
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    monkeypatch.setattr(client_mod.pod_namespace, "__defaults__", (str(sa),))
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    assert client_mod.pod_namespace() is None  # out of a cluster
+    assert operator_namespace() == "kaiwo-system"
+    (sa / "namespace").write_text("from-account\n")
+    assert client_mod.pod_namespace() == "from-account"
+    monkeypatch.setenv("POD_NAMESPACE", " from-env ")  # the downward API wins over the account
+    assert client_mod.pod_namespace() == "from-env"
+    assert operator_namespace() == "from-env"
+    assert operator_namespace("from-flag") == "from-flag"
+    (sa / "namespace").write_text("")
+    monkeypatch.setenv("POD_NAMESPACE", "")
+    assert operator_namespace() == "kaiwo-system"  # an empty file names nothing

@@ -48,6 +48,7 @@ from .routes import (
 )
 from .status import Observed, desired_status
 from .validation import first_error
+from kaiwo_ctrl.runtime.objpath import meta as _meta
 
 log = logging.getLogger("kaiwo_ctrl.aim")
 
@@ -63,10 +64,6 @@ OURS = f"{LABEL_MANAGED}={MANAGED_BY}"
 DEBOUNCE = 0.2
 #: Seconds until a route name held by an HTTPRoute we did not make is tried again.
 TAKEN_RETRY = 60.0
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
-
 def _ns_request(obj: Mapping[str, Any]) -> Iterable[Request]:
     ns = _meta(obj).get("namespace")
     return [Request(ns, KEY)] if ns else []

@@ -13,11 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaiwo_ctrl.runtime.objpath import meta as _meta
+
 Obj = Mapping[str, Any]
-
-
-def _meta(obj: Obj) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def _age_key(obj: Obj) -> tuple[str, str]:

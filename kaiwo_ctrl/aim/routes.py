@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.ownership import owner_reference
+from kaiwo_ctrl.runtime.objpath import meta as _meta
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ROUTE_API = f"{GATEWAY_GROUP}/v1"
@@ -34,10 +35,6 @@ LABEL_TENANT = "aim.kaiwo.silogen.ai/tenant-namespace"
 LABEL_CONFIG = "aim.kaiwo.silogen.ai/config"
 
 Obj = Mapping[str, Any]
-
-
-def _meta(obj: Obj | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
 
 
 def route_name(model: str) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kaiwo_ctrl.runtime.objpath import meta as _meta
+
 Obj = Mapping[str, Any]
 
 
@@ -23,10 +25,6 @@ class Predicate:
 
     def delete(self, obj: Obj) -> bool:
         return True
-
-
-def _meta(o: Obj) -> Mapping[str, Any]:
-    return o.get("metadata", {})
 
 
 class GenerationChanged(Predicate):

@@ -35,8 +35,7 @@ import orjson
 from kaiwo_ctrl.runtime.apitypes import ApiError, Resource, retry_on_conflict  # noqa: F401 - re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
 from kaiwo_ctrl.runtime.transport import Transport
-from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
-from kaiwo_ctrl.runtime.watchstream import decode_events
+from kaiwo_ctrl.runtime.watchstream import decode_events, decode_object_without_managed_fields
 from kaiwo_ctrl.runtime.wire import PATCH_TYPES, LineSplitter, loads, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")

@@ -6,6 +6,14 @@ import asyncio
 from collections.abc import Iterable
 
 
+def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower-case) in raw ``headers``; None when absent."""
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
 def encode_head(first_line: bytes, headers: Iterable[tuple[bytes, bytes]], ensure: bytes, default: bytes, tail: bytes) -> bytes:
     """A message head: the first line, ``headers`` as given, ``ensure: default`` unless
     ``headers`` has that header (``ensure`` 4 letters, lower-case), then ``tail``."""

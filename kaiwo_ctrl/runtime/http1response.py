@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kaiwo_ctrl.runtime.http1common import first_header
+
 
 class Response:
     """The answer to one request; read it, or iterate it, then :meth:`release`."""
@@ -32,10 +34,7 @@ class Response:
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case)."""
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
+        return first_header(self.headers, name)
 
     def _take(self) -> bytes:
         chunks = self._chunks

@@ -30,7 +30,7 @@ from http import HTTPStatus
 
 import httptools
 
-from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head
+from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head, first_header
 
 log = logging.getLogger("kaiwo_ctrl.runtime.http1server")
 
@@ -107,10 +107,7 @@ class Request:
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case)."""
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
+        return first_header(self.headers, name)
 
     def header_values(self, name: bytes) -> list[bytes]:
         return [v for k, v in self.headers if k.lower() == name]

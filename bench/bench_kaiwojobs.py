@@ -23,7 +23,6 @@ import asyncio
 import cProfile
 import gc
 import logging
-import os
 import pstats
 import statistics
 import sys
@@ -49,8 +48,9 @@ from kaiwo_ctrl.workloads.desired import desired_children  # noqa: E402
 from kaiwo_ctrl.workloads.status import ObservedChildren, observe  # noqa: E402
 from kaiwo_ctrl.workloads.world import World  # noqa: E402
 
+import procstat  # noqa: E402  (beside this script)
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 PLANE_PIDS: dict[str, int] = {}
 
 
@@ -60,8 +60,7 @@ def cpu_seconds() -> dict[str, float]:
     out = {"python": time.process_time()}
     for name, pid in PLANE_PIDS.items():
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[name] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+            out[name] = procstat.cpu_seconds(pid)
         except (OSError, IndexError, ValueError):
             pass
     return out

@@ -30,12 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kaiwo_ctrl.runtime import loop
 
+import procstat  # beside this script
+
 
 def rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    return procstat.status_kib("VmRSS")
 
 
 def kaiwojob(i: int, ns: str) -> dict:

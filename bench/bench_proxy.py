@@ -47,6 +47,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from procstat import cpu_seconds, peak_rss_mib
 
 HOSTS = [f"127.0.0.{11 + i}" for i in range(4)]
 PORT_BASE = 18400
@@ -157,18 +158,6 @@ def _spawn(role: str, *args: str) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, __file__, f"--role={role}", *args], stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready", f"{role} did not start"
     return p
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # ---------------------------------------------------------------------- load

@@ -52,13 +52,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import procstat  # noqa: E402
 from bench_kaiwojobs import arrange  # noqa: E402
 from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
 from kaiwo_ctrl.runtime.client import Client  # noqa: E402
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 NS = "bench-restart"
 CONTROLLER = "kaiwojob"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -75,20 +75,14 @@ class Operator:
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=REPO,  # noqa: SIM115
         )
 
-    def status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        return 0
-
     def rss_mib(self) -> float:
-        return self.status("VmRSS") / 1024
+        return procstat.rss_mib(self.proc.pid)
 
     def peak_mib(self) -> float:
-        return self.status("VmHWM") / 1024
+        return procstat.peak_rss_mib(self.proc.pid)
 
     def cpu(self) -> float:
-        return proc_cpu(self.proc.pid)
+        return procstat.cpu_seconds(self.proc.pid)
 
     def ready(self) -> bool:
         try:
@@ -208,7 +202,7 @@ def server_floor(kc: str, apiserver_pid: int | None) -> None:
     for i in range(3):
         wait_quiet()
         out: dict[str, int] = {}
-        cpu0 = proc_cpu(apiserver_pid) if apiserver_pid else 0.0
+        cpu0 = procstat.cpu_seconds(apiserver_pid) if apiserver_pid else 0.0
         t0 = time.perf_counter()
         threads = [threading.Thread(target=read_streaming_list, args=(cfg, p, out)) for p in paths]
         for t in threads:
@@ -216,14 +210,9 @@ def server_floor(kc: str, apiserver_pid: int | None) -> None:
         for t in threads:
             t.join()
         took = time.perf_counter() - t0
-        cpu = f", API server CPU {proc_cpu(apiserver_pid) - cpu0:.2f} s" if apiserver_pid else ""
+        cpu = f", API server CPU {procstat.cpu_seconds(apiserver_pid) - cpu0:.2f} s" if apiserver_pid else ""
         print(f"API server floor {i + 1}: both streaming lists ({sum(out.values()) / 2**20:.0f} MiB) read raw in "
               f"{took:.2f} s{cpu}", flush=True)
-
-
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def compile_bytecode() -> None:

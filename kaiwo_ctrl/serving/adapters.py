@@ -28,6 +28,8 @@ from typing import Any
 
 import aiohttp
 
+from kaiwo_ctrl.runtime.expectations import Expectations
+from kaiwo_ctrl.runtime.objpath import rv
 from kaiwo_ctrl.runtime.resources import PODS
 
 from .pods import ADAPTER_DIR, ADAPTER_LABEL_PREFIX, ADAPTER_LOADER_PORT, ANNOTATION_PORT
@@ -84,9 +86,20 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict, ok_400: st
         raise AdapterError(f"POST {url}: {resp.status} {text}")
 
 
+def _key(pod: dict[str, Any]) -> tuple[str, str, str]:
+    meta = pod["metadata"]
+    return ("Pod", meta.get("namespace") or "", meta["name"])
+
+
 class AdapterSync:
-    def __init__(self, client: Any) -> None:
+    """Loads and unloads a Model's adapters on its vLLM Pods and records them in
+    the Pods' labels. ``expectations`` (the manager's, shared with every writer)
+    answers a Pod's label write until the cache shows it, so a reconcile that
+    runs in between does not load the same adapters again."""
+
+    def __init__(self, client: Any, expectations: Expectations | None = None) -> None:
         self.client = client
+        self.expectations = expectations if expectations is not None else Expectations()
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -97,7 +110,8 @@ class AdapterSync:
     async def sync(self, model: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """Bring every vLLM Pod's adapters in line; False if a loader was not Ready yet."""
         adapters = (model.get("spec") or {}).get("adapters") or []
-        for pod in pods:
+        for cached in pods:
+            pod = self.expectations.view(_key(cached), cached) or cached
             labels = pod["metadata"].get("labels") or {}
             if labels.get("app.kubernetes.io/name") != "vllm" or pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -126,7 +140,9 @@ class AdapterSync:
             await _post(s, f"{loader}/unload", {"name": name}, "", TIMEOUT)
             patch[ADAPTER_LABEL_PREFIX + name] = None
         meta = pod["metadata"]
-        await self.client.patch(PODS, meta["name"], {"metadata": {"labels": patch}}, meta.get("namespace"))
+        written = await self.client.patch(PODS, meta["name"], {"metadata": {"labels": patch}}, meta.get("namespace"))
+        if written:
+            self.expectations.wrote(_key(pod), rv(pod), written)
         log.info("adapters synced", extra={"pod": meta["name"], "loaded": [a["name"] for a in ensure], "unloaded": remove})
 
     async def close(self) -> None:

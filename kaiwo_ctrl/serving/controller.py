@@ -31,6 +31,7 @@ from kaiwo_ctrl.aim.effective import resolve
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, MODELS
 from kaiwo_ctrl.runtime.client import ApiError
 from kaiwo_ctrl.runtime.controller import Result
+from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import strip_managed_fields
@@ -152,7 +153,7 @@ class ModelReconciler:
         self.expectations = PodExpectations()
         self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
         self.cache = cachelib.CacheManager(self)
-        self.adapters = AdapterSync(self.client)
+        self.adapters = AdapterSync(self.client, expectations_for(mgr))
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:

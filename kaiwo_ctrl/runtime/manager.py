@@ -266,7 +266,7 @@ class Manager:
             await self.start_cache()
             log.info("caches synced", extra={"informers": self.cache.stats()})
             if self.settle_heap_every:
-                heap.settle()
+                heap.settle(collect=False)
                 self._tasks.append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
             if self.leader_election:
                 le = self.leader_election

@@ -159,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         from kaiwo_ctrl.download.main import main as download_main
 
         return download_main(argv[1:])
+    if argv[:1] in (["run"], ["proxy"]):
+        from kaiwo_ctrl.runtime import heap
+
+        heap.tune()  # before the imports: they make ~150k long-lived objects the default thresholds walk repeatedly
     args = build_parser().parse_args(argv)
     if args.cmd in ("run", "proxy"):
         return _run(args)

@@ -30,16 +30,17 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
 from kaiwo_ctrl.runtime.informerapi import (  # re-exported: the informer's vocabulary
-    INITIAL_EVENTS_END,
     Backoff,
     EventHandler,
     InformerMetricsHook,
     Registration,
     WatchListUnsupported,
+    initial_events_end,
 )
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
@@ -225,10 +226,11 @@ class Informer:
         bookmark annotated ``k8s.io/initial-events-end``, then live events.
 
         Each object is decoded and trimmed as it arrives (the full list never
-        exists in memory); the store is replaced once the end bookmark comes,
-        with the same adds/updates/tombstones as a paged relist, and the same
-        stream then carries on as the watch. Before that bookmark the server
-        sends only ADDED events: anything else means it ignored the request.
+        exists in memory). The first list files each one in the empty store at
+        once; a relist replaces the store when the end bookmark comes, with the
+        same adds/updates/tombstones as a paged relist. The same stream then
+        carries on as the watch. Before that bookmark the server sends only
+        ADDED events: anything else means it ignored the request.
         """
         stream = self.client.watch_batches(
             self.resource,
@@ -241,43 +243,49 @@ class Informer:
             send_initial_events=True,
             drop_managed_fields=self._drop_managed_fields,
         )
-        items: list[Obj] | None = []
+        items: list[Obj] | None = [] if len(self.store) else None
+        take = items.append if items is not None else partial(self.store.file, added=self._listed_added(), updated=self._listed_updated)
+        listing = True
         try:
             async for batch in stream:
                 for ev in batch:
-                    if items is None:
+                    if not listing:
                         self._handle(ev)
-                    elif self._initial_event(ev, items):
-                        items, self._streamed = None, True
+                    elif (list_rv := self._initial_event(ev, take)) is not None:
+                        self._synced_with(items, list_rv)
+                        listing, self._streamed = False, True
         except ApiError as e:
-            if e.status in (400, 422) and items is not None and not items:
+            if e.status in (400, 422) and listing and not (items if items is not None else len(self.store)):
                 raise WatchListUnsupported(str(e)) from e
             raise
         finally:
             await stream.aclose()
-        if items is not None:
+        if listing:
             raise ApiError(0, "the streaming list ended before its initial-events-end bookmark", "WATCH", str(self.resource))
-        self.watch_restarts += 1
-        if self.metrics:
-            self.metrics.informer_watch_restart(self.name, "closed")
+        self._watch_closed()
 
-    def _initial_event(self, ev: Mapping[str, Any], items: list[Obj]) -> bool:
-        """One event of a streaming list's initial phase; True at its end."""
+    def _initial_event(self, ev: Mapping[str, Any], take: Callable[[Obj], None]) -> str | None:
+        """One event of a streaming list's initial phase (each object prepared
+        and passed to ``take``); at its end, the list's resourceVersion."""
         typ = ev.get("type")
         obj = ev.get("object") or {}
         if typ == "ADDED":
-            items.append(self._prepare(obj))
-            return False
-        if typ == "BOOKMARK" and (obj.get("metadata", {}).get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-            self._synced_with(items, obj["metadata"].get("resourceVersion", ""))
-            return True
+            take(self._prepare(obj))
+            return None
+        if (list_rv := initial_events_end(ev)) is not None:
+            return list_rv
         if typ == "ERROR":
             raise ApiError(int(obj.get("code") or 500), obj, "WATCH", str(self.resource))
         raise WatchListUnsupported(f"{self.resource}: a {typ} event before the initial-events-end bookmark")
 
-    def _synced_with(self, items: list[Obj], rv: str) -> None:
+    def _synced_with(self, items: list[Obj] | None, rv: str) -> None:
+        """A full list has been taken: ``items`` replace the store's contents
+        (None: they were filed as they came, into an empty store)."""
         self.relists += 1
-        self._replace(items)
+        if items is not None:
+            self._replace(items)
+        elif self.metrics:
+            self.metrics.informer_objects(self.name, len(self.store))
         self.last_sync_rv = rv
         self.last_event_at = time.monotonic()
         if not self.has_synced:
@@ -287,24 +295,19 @@ class Informer:
 
     def _replace(self, items: list[Obj]) -> None:
         """Swap in a fresh (prepared) list: adds, updates where the RV moved, tombstone deletes."""
-        initial = not self.has_synced
-        first_fill = not len(self.store)  # nothing to compare with or delete: skip the key set
-        seen: set[str] = set()
-        for obj in items:
-            if not first_fill:
-                seen.add(object_key(obj))
-            old = self.store.put(obj)
-            if old is None:
-                if self._handlers:
-                    self._dispatch("on_add", obj, initial)
-            elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
-                self._dispatch("on_update", old, obj)
-        for key in [] if first_fill else [k for k in self.store.keys() if k not in seen]:
-            old = self.store.delete(key)
-            if old is not None:
-                self._dispatch("on_delete", old, True)
+        self.store.replace(items, self._listed_added(), self._listed_updated, self._tombstone)
         if self.metrics:
             self.metrics.informer_objects(self.name, len(self.store))
+
+    def _listed_added(self) -> Callable[[Obj], None]:
+        initial = not self.has_synced
+        return (lambda obj: self._dispatch("on_add", obj, initial)) if self._handlers else (lambda obj: None)
+
+    def _listed_updated(self, old: Obj, new: Obj) -> None:
+        self._dispatch("on_update", old, new)
+
+    def _tombstone(self, old: Obj) -> None:
+        self._dispatch("on_delete", old, True)
 
     async def _watch_once(self) -> None:
         """One watch stream from the last resourceVersion, until the server ends it."""
@@ -326,11 +329,14 @@ class Informer:
                 self._handle(ev)
         finally:
             await stream.aclose()
+        self._watch_closed()
+        if events == 0 and time.monotonic() - started < 1.0:
+            raise ApiError(0, "very short watch", "WATCH", str(self.resource))
+
+    def _watch_closed(self) -> None:
         self.watch_restarts += 1
         if self.metrics:
             self.metrics.informer_watch_restart(self.name, "closed")
-        if events == 0 and time.monotonic() - started < 1.0:
-            raise ApiError(0, "very short watch", "WATCH", str(self.resource))
 
     def _handle(self, ev: Mapping[str, Any]) -> None:
         typ = ev.get("type")

@@ -6,14 +6,24 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kaiwo_ctrl.runtime.store import Obj
 
 
 #: marks the bookmark that ends a streaming list's initial events
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def initial_events_end(ev: Mapping[str, Any]) -> str | None:
+    """The resourceVersion a streaming list's end bookmark carries; None for
+    any other event."""
+    meta = (ev.get("object") or {}).get("metadata") or {}
+    if ev.get("type") == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+        return str(meta.get("resourceVersion", ""))
+    return None
 
 
 class WatchListUnsupported(Exception):

@@ -130,6 +130,32 @@ class Store:
             self._file(name, key, obj)
         return old
 
+    def file(self, obj: Obj, added: Callable[[Obj], None], updated: Callable[[Obj, Obj], None]) -> None:
+        """Put one listed object: ``added(obj)`` for a new key,
+        ``updated(old, obj)`` where the resourceVersion moved."""
+        old = self.put(obj)
+        if old is None:
+            added(obj)
+        elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
+            updated(old, obj)
+
+    def replace(
+        self, items: Iterable[Obj], added: Callable[[Obj], None], updated: Callable[[Obj, Obj], None],
+        deleted: Callable[[Obj], None],
+    ) -> None:
+        """Make ``items`` (a full list) the contents: :meth:`file` each, then
+        ``deleted(old)`` for every key the list no longer has."""
+        first_fill = not self._items  # nothing to compare with or delete: skip the key set
+        seen: set[str] = set()
+        for obj in items:
+            if not first_fill:
+                seen.add(object_key(obj))
+            self.file(obj, added, updated)
+        for key in [] if first_fill else [k for k in self._items if k not in seen]:
+            old = self.delete(key)
+            if old is not None:
+                deleted(old)
+
     def delete(self, key: str) -> Obj | None:
         old = self._items.pop(key, None)
         if old is not None:

@@ -204,6 +204,41 @@ async def test_streaming_list_then_the_same_stream_watches(client, admin, namesp
         await inf.stop()
 
 
+async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, namespace):
+    """The first streaming list files objects as they arrive; when it fails
+    part-way, the informer is not synced, and the next list replaces what was
+    filed: an object deleted meanwhile goes as a tombstone, nothing is left over."""
+    for n in ("a", "b", "c"):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
+    gate = {"open": False, "passed": []}
+
+    def transform(obj):
+        if not gate["open"] and gate["passed"]:
+            raise RuntimeError("transform fails after the first object")
+        gate["passed"].append(obj["metadata"]["name"])
+        return obj
+
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform)
+    inf._backoff.initial = 0.2
+    rec = Recorder()
+    inf.add_handler(rec)
+    inf.start()
+    try:
+        await eventually(lambda: inf.last_error, what="the first list fails part-way")
+        first = gate["passed"][0]
+        assert not inf.has_synced
+        assert [o["metadata"]["name"] for o in inf.list()] == [first]  # filed as it arrived
+        admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/{first}")
+        gate["open"] = True
+        assert await inf.wait_synced(30)
+        assert cache_state(inf) == server_state(admin, namespace)
+        assert ("add", first, True) in rec.events
+        assert ("delete", first, True) in rec.events  # a tombstone: the delete itself was never seen
+        assert sorted(e for e in rec.events if e[1] != first) == [("add", n, True) for n in ("a", "b", "c") if n != first]
+    finally:
+        await inf.stop()
+
+
 async def test_managed_fields_are_cut_unless_kept(client, admin, namespace):
     """The default informer caches each object exactly as served minus
     metadata.managedFields (cut from the bytes before decoding), from the

@@ -98,13 +98,14 @@ class Informer:
 
     # ------------------------------------------------------------ handlers
     def add_handler(self, handler: EventHandler) -> Registration:
-        """Register a handler; it receives synthetic adds for what is already cached."""
+        """Register a handler; it receives synthetic adds for what is already
+        cached (also part-way through the first list, which fills the store
+        as it arrives)."""
         reg = Registration(handler)
         self._handlers.append(reg)
-        if self.has_synced:
-            for obj in self.store:
-                self._safe(handler.on_add, obj, True)
-            reg.synced = True
+        for obj in self.store:
+            self._safe(handler.on_add, obj, True)
+        reg.synced = self.has_synced
         return reg
 
     def add_indexer(self, name: str, fn: IndexFunc) -> None:

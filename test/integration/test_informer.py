@@ -228,6 +228,9 @@ async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, nam
         first = gate["passed"][0]
         assert not inf.has_synced
         assert [o["metadata"]["name"] for o in inf.list()] == [first]  # filed as it arrived
+        late = Recorder()  # registered part-way: gets what is filed so far, then the rest
+        inf.add_handler(late)
+        assert late.events == [("add", first, True)]
         admin.delete(f"/api/v1/namespaces/{namespace}/configmaps/{first}")
         gate["open"] = True
         assert await inf.wait_synced(30)
@@ -235,6 +238,7 @@ async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, nam
         assert ("add", first, True) in rec.events
         assert ("delete", first, True) in rec.events  # a tombstone: the delete itself was never seen
         assert sorted(e for e in rec.events if e[1] != first) == [("add", n, True) for n in ("a", "b", "c") if n != first]
+        assert sorted(late.events) == sorted(rec.events)
     finally:
         await inf.stop()
 

@@ -302,7 +302,7 @@ class Informer:
 
     def _listed_added(self) -> Callable[[Obj], None]:
         initial = not self.has_synced
-        return (lambda obj: self._dispatch("on_add", obj, initial)) if self._handlers else (lambda obj: None)
+        return lambda obj: self._dispatch("on_add", obj, initial)  # to the handlers of the moment: one may join mid-list
 
     def _listed_updated(self, old: Obj, new: Obj) -> None:
         self._dispatch("on_update", old, new)

@@ -243,6 +243,25 @@ async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, nam
         await inf.stop()
 
 
+async def test_handler_joining_during_the_first_list_gets_every_object_once(client, admin, namespace):
+    for n in ("a", "b", "c"):
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
+    late = Recorder()
+
+    def transform(obj):
+        if not inf._handlers:
+            inf.add_handler(late)  # joins while the first list is being filed
+        return obj
+
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform)
+    inf.start()
+    try:
+        assert await inf.wait_synced(30)
+        assert sorted(late.events) == [("add", n, True) for n in ("a", "b", "c")]
+    finally:
+        await inf.stop()
+
+
 async def test_managed_fields_are_cut_unless_kept(client, admin, namespace):
     """The default informer caches each object exactly as served minus
     metadata.managedFields (cut from the bytes before decoding), from the

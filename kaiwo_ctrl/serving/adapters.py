@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from kaiwo_ctrl.runtime.expectations import Expectations
-from kaiwo_ctrl.runtime.objpath import rv
+from kaiwo_ctrl.runtime.objpath import key, rv
 from kaiwo_ctrl.runtime.resources import PODS
 
 from .pods import ADAPTER_DIR, ADAPTER_LABEL_PREFIX, ADAPTER_LOADER_PORT, ANNOTATION_PORT
@@ -86,11 +86,6 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict, ok_400: st
         raise AdapterError(f"POST {url}: {resp.status} {text}")
 
 
-def _key(pod: dict[str, Any]) -> tuple[str, str, str]:
-    meta = pod["metadata"]
-    return ("Pod", meta.get("namespace") or "", meta["name"])
-
-
 class AdapterSync:
     """Loads and unloads a Model's adapters on its vLLM Pods and records them in
     the Pods' labels. ``expectations`` (the manager's, shared with every writer)
@@ -111,7 +106,7 @@ class AdapterSync:
         """Bring every vLLM Pod's adapters in line; False if a loader was not Ready yet."""
         adapters = (model.get("spec") or {}).get("adapters") or []
         for cached in pods:
-            pod = self.expectations.view(_key(cached), cached) or cached
+            pod = self.expectations.view(key("Pod", cached), cached) or cached
             labels = pod["metadata"].get("labels") or {}
             if labels.get("app.kubernetes.io/name") != "vllm" or pod["metadata"].get("deletionTimestamp"):
                 continue
@@ -142,7 +137,7 @@ class AdapterSync:
         meta = pod["metadata"]
         written = await self.client.patch(PODS, meta["name"], {"metadata": {"labels": patch}}, meta.get("namespace"))
         if written:
-            self.expectations.wrote(_key(pod), rv(pod), written)
+            self.expectations.wrote(key("Pod", pod), rv(pod), written)
         log.info("adapters synced", extra={"pod": meta["name"], "loaded": [a["name"] for a in ensure], "unloaded": remove})
 
     async def close(self) -> None:

@@ -242,19 +242,18 @@ def ensure_default_queue_config(
     return result
 
 
-#: ClusterQueue spec fields the KaiwoQueueConfig CRD may default inside an embedded
-#: spec; a queue-config spec that differs only by these defaults needs no write.
-_CQ_ENTRY_DEFAULTS = CLUSTER_QUEUE_SPEC_DEFAULTS
-
-
 def _without_entry_defaults(spec: Any) -> Any:
+    """``spec`` with each embedded ClusterQueue spec's CRD-defaulted fields
+    (``CLUSTER_QUEUE_SPEC_DEFAULTS``) left out where they hold the default: the
+    KaiwoQueueConfig CRD may fill them in, and a spec that differs only by them
+    needs no write."""
     if not isinstance(spec, Mapping):
         return spec
     out = dict(spec)
     queues = []
     for entry in out.get("clusterQueues") or []:
         if isinstance(entry, Mapping) and isinstance(entry.get("spec"), Mapping):
-            cq = {k: v for k, v in entry["spec"].items() if _CQ_ENTRY_DEFAULTS.get(k, object()) != v}
+            cq = {k: v for k, v in entry["spec"].items() if CLUSTER_QUEUE_SPEC_DEFAULTS.get(k, object()) != v}
             entry = {**entry, "spec": cq}
         queues.append(entry)
     if "clusterQueues" in out:

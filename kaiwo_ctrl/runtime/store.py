@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from kaiwo_ctrl.runtime.objpath import rv
+
 Obj = dict[str, Any]
 IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
 
@@ -136,7 +138,7 @@ class Store:
         old = self.put(obj)
         if old is None:
             added(obj)
-        elif old.get("metadata", {}).get("resourceVersion") != obj.get("metadata", {}).get("resourceVersion"):
+        elif rv(old) != rv(obj):
             updated(old, obj)
 
     def replace(

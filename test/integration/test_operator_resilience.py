@@ -16,6 +16,7 @@ import time
 import pytest
 
 from kaiwo_ctrl.kinds import KAIWOJOBS
+from kaiwo_ctrl.runtime.apitypes import ApiError
 from kaiwo_ctrl.runtime.resources import JOBS
 from support import eventually
 from support.operator import OperatorProcess
@@ -24,6 +25,12 @@ pytestmark = pytest.mark.integration
 
 COUNT = 120
 LEASE = "resilience.kaiwo-ctrl.dev"
+
+
+def server_busy(error: Exception) -> bool:
+    """A restarted API server answers /readyz before its custom resources'
+    storage is back; until then it refuses their requests (429 or 5xx)."""
+    return isinstance(error, ApiError) and error.retriable
 
 
 def kaiwojob(name: str, ns: str) -> dict:
@@ -117,7 +124,12 @@ async def test_apiserver_restart_mid_work(control_plane, client, namespace, tmp_
         control_plane.stop_apiserver()
         await asyncio.sleep(2)
         control_plane.start_apiserver()
-        await eventually(lambda: converged(client, namespace), timeout=180, what="converge after apiserver restart")
+        await eventually(
+            lambda: converged(client, namespace),
+            timeout=180,
+            what="converge after apiserver restart",
+            transient=server_busy,
+        )
         await assert_exactly_one_child_each(client, namespace)
         assert op.alive(), "the operator must survive an apiserver restart"
         await eventually(op.ready, timeout=120, what="ready again")

@@ -3,7 +3,10 @@
 The suite's one polling helper: :func:`eventually` (await it in async code)
 and :func:`wait_until`, its synchronous form for sync fixtures and helpers.
 Both poll ``fn`` under the same rules and fail with the same message; no
-test waits with a fixed sleep.
+test waits with a fixed sleep. An exception ``fn`` raises ends the wait,
+unless the caller's ``transient`` predicate calls it passing (a server that
+answers 429 while it restarts): then it counts as "not yet", and a timeout
+reports it.
 """
 
 from __future__ import annotations
@@ -15,10 +18,19 @@ from typing import Any
 
 
 class _Poll:
-    """One polling run: a deadline, an interval and what is waited for."""
+    """One polling run: a deadline, an interval, what is waited for, and
+    which errors of ``fn`` only mean "not yet"."""
 
-    def __init__(self, timeout: float, interval: float, what: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        interval: float,
+        what: str,
+        clock: Callable[[], float],
+        transient: Callable[[Exception], bool] | None,
+    ) -> None:
         self.clock, self.interval, self.what, self.timeout = clock, interval, what, timeout
+        self.transient = transient
         self.deadline = clock() + timeout
 
     def check(self, last: Any) -> Any:
@@ -29,24 +41,55 @@ class _Poll:
             raise AssertionError(f"timed out after {self.timeout}s waiting for {self.what}; last value: {last!r}")
         return None
 
+    def tolerates(self, error: Exception) -> bool:
+        """Whether an error of ``fn`` only means "poll again" (a transient one
+        while time remains); a transient one past the deadline raises the timeout."""
+        if self.transient is None or not self.transient(error):
+            return False
+        if self.clock() > self.deadline:
+            raise AssertionError(f"timed out after {self.timeout}s waiting for {self.what}; last error: {error}") from error
+        return True
 
-async def eventually(fn, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+
+async def eventually(
+    fn,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "condition",
+    transient: Callable[[Exception], bool] | None = None,
+):
     """Poll ``fn`` (sync or async) until it returns a truthy value."""
-    poll = _Poll(timeout, interval, what, asyncio.get_running_loop().time)
+    poll = _Poll(timeout, interval, what, asyncio.get_running_loop().time, transient)
     while True:
-        last = fn()
-        if asyncio.iscoroutine(last):
-            last = await last
+        try:
+            last = fn()
+            if asyncio.iscoroutine(last):
+                last = await last
+        except Exception as e:
+            if not poll.tolerates(e):
+                raise
+            last = None
         if poll.check(last):
             return last
         await asyncio.sleep(interval)
 
 
-def wait_until(fn, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+def wait_until(
+    fn,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "condition",
+    transient: Callable[[Exception], bool] | None = None,
+):
     """:func:`eventually` for synchronous code: poll ``fn`` until it returns a truthy value."""
-    poll = _Poll(timeout, interval, what, time.monotonic)
+    poll = _Poll(timeout, interval, what, time.monotonic, transient)
     while True:
-        last = fn()
+        try:
+            last = fn()
+        except Exception as e:
+            if not poll.tolerates(e):
+                raise
+            last = None
         if poll.check(last):
             return last
         time.sleep(interval)

@@ -38,8 +38,12 @@ class _Poll:
         if last:
             return last
         if self.clock() > self.deadline:
-            raise AssertionError(f"timed out after {self.timeout}s waiting for {self.what}; last value: {last!r}")
+            raise self.expired(f"last value: {last!r}")
         return None
+
+    def expired(self, last: str) -> AssertionError:
+        """The failure when the deadline passed; ``last`` says what ``fn`` last gave."""
+        return AssertionError(f"timed out after {self.timeout}s waiting for {self.what}; {last}")
 
     def tolerates(self, error: Exception) -> bool:
         """Whether an error of ``fn`` only means "poll again" (a transient one
@@ -47,7 +51,7 @@ class _Poll:
         if self.transient is None or not self.transient(error):
             return False
         if self.clock() > self.deadline:
-            raise AssertionError(f"timed out after {self.timeout}s waiting for {self.what}; last error: {error}") from error
+            raise self.expired(f"last error: {error}") from error
         return True
 
 

@@ -12,7 +12,7 @@ not used. The e2e suite then runs the operator as the ServiceAccount of
 ``config/default`` (bound to exactly these roles) and requires no 403.
 
 Verb mapping (what the apiserver authorizes for each client method):
-``get``/``get_or_none`` -> get; ``list``/``list_all`` -> list; ``watch`` ->
+``get``/``get_or_none`` -> get; ``list``/``list_all``/``list_stream`` -> list; ``watch`` ->
 watch; informers -> list + watch; ``create`` -> create; ``replace`` ->
 update; ``patch`` -> patch; ``apply`` (server-side apply) -> patch, plus
 create because applying an object that does not exist creates it;

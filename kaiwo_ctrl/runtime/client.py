@@ -16,17 +16,17 @@ re-reads and retries a read-modify-write on 409.
 
 :class:`Resource` and :class:`ApiError` live in :mod:`kaiwo_ctrl.runtime.apitypes` (and are
 imported from here too); the wire format (query parameters, JSON bodies, watch-stream
-lines) in :mod:`kaiwo_ctrl.runtime.wire`.
+lines) in :mod:`kaiwo_ctrl.runtime.wire`; the long reads (watches, a list
+decoded as it arrives) in :mod:`kaiwo_ctrl.runtime.streams`.
 """
 
 from __future__ import annotations
 
 import builtins
-import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -34,9 +34,10 @@ import orjson
 
 from kaiwo_ctrl.runtime.apitypes import ApiError, Resource, retry_on_conflict  # noqa: F401 - re-exported: the client's vocabulary
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers build clients from it
+from kaiwo_ctrl.runtime.streams import RequestHook, StreamingReads
 from kaiwo_ctrl.runtime.transport import Transport
-from kaiwo_ctrl.runtime.watchstream import decode_events, decode_object_without_managed_fields
-from kaiwo_ctrl.runtime.wire import PATCH_TYPES, LineSplitter, loads, with_type
+from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
+from kaiwo_ctrl.runtime.wire import PATCH_TYPES, loads, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
@@ -44,10 +45,9 @@ _WRITES = frozenset(("POST", "PUT", "PATCH"))
 
 T = TypeVar("T")
 
-RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
 
 
-class Client:
+class Client(StreamingReads):
     """Raw-JSON async client. One per process; safe to share between tasks."""
 
     def __init__(
@@ -316,71 +316,6 @@ class Client:
             if e.not_found:
                 return None
             raise
-
-    async def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> AsyncGenerator[dict, None]:
-        """Stream watch events as dicts ``{"type": ..., "object": {...}}``
-        (one at a time; the arguments are those of :meth:`watch_batches`)."""
-        async for batch in self.watch_batches(res, namespace, **kw):
-            for ev in batch:
-                yield ev
-
-    async def watch_batches(
-        self,
-        res: Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        timeout_seconds: int = 300,
-        allow_bookmarks: bool = True,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        inactivity_timeout: float = 90.0,
-        send_initial_events: bool = False,
-        drop_managed_fields: bool = False,
-    ) -> AsyncGenerator[Iterator[dict], None]:
-        """Stream watch events, in batches of those that arrived together (each
-        batch an iterator that decodes its events as they are consumed).
-
-        Lines are split on raw bytes (objects can be megabytes), and a stream
-        that delivers nothing for ``inactivity_timeout`` seconds is treated
-        as dead: with bookmarks on, the server talks at least once a minute.
-
-        ``send_initial_events`` asks for a streaming list ("watch-list"): the
-        server first sends every object matching ``resource_version`` (``""``:
-        a consistent read) as ADDED, then a BOOKMARK annotated
-        ``k8s.io/initial-events-end: "true"``, and then goes on as a watch.
-        It requires bookmarks and the ``NotOlderThan`` match, which are set.
-        ``drop_managed_fields`` leaves ``metadata.managedFields`` out of the
-        objects, cut from the bytes before decoding where possible.
-        """
-        params = {
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "timeoutSeconds": timeout_seconds,
-            "allowWatchBookmarks": "true" if allow_bookmarks or send_initial_events else None,
-            "sendInitialEvents": "true" if send_initial_events else None,
-            "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
-        }
-        path = res.path(namespace)
-        url = self.transport.url(path, params)
-        headers = await self._headers(None)
-        self.counts["WATCH"] += 1
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)
-        try:
-            async with self._sess().get(url, headers=headers, timeout=timeout) as resp:
-                for hook in self.hooks:
-                    hook("WATCH", path, resp.status, 0.0)
-                if resp.status >= 400:
-                    raise ApiError(resp.status, loads(await resp.read()), "WATCH", path)
-                splitter = LineSplitter()
-                async for chunk in resp.content.iter_any():
-                    lines = splitter.feed(chunk)
-                    if lines:
-                        yield decode_events(lines, drop_managed_fields)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
 
     async def server_version(self) -> dict:
         return await self.request("GET", "/version")

@@ -2,11 +2,10 @@
 
 The reflector loop lists, replaces the store, then watches from the list's
 resourceVersion, applying each event to the store *before* telling the
-handlers. The list is streamed where the server allows it (a watch with
-``sendInitialEvents``, the WatchList feature, on by default since Kubernetes
-1.34): objects are trimmed one by one as they arrive and the same stream goes
-on as the watch. A server that refuses it gets paged lists, each page trimmed
-before the next is read. Semantics kept from client-go's reflector:
+handlers. The list is one request, its objects decoded and trimmed one by
+one as they arrive; a streaming list (``watch_list=True``: a watch with
+``sendInitialEvents``) cost a 1.36 API server a third more CPU for 20k objects.
+Semantics kept from client-go's reflector:
 
 * bookmarks requested; the last-seen resourceVersion advances on every event;
 * a watch that ends normally is resumed from that resourceVersion, no relist;
@@ -26,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -65,7 +65,7 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         inactivity_timeout: float = 90.0,
         metrics: InformerMetricsHook | None = None,
-        watch_list: bool = True,
+        watch_list: bool = False,
         keep_managed_fields: bool = False,
     ) -> None:
         self.client = client
@@ -116,11 +116,9 @@ class Informer:
         return self._synced.is_set()
 
     async def wait_synced(self, timeout: float | None = None) -> bool:
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._synced.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return self.has_synced
 
     # ---------------------------------------------------------------- run
     def start(self) -> asyncio.Task:
@@ -131,10 +129,8 @@ class Informer:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
             self._task = None
 
     async def run(self) -> None:
@@ -158,7 +154,7 @@ class Informer:
                     # an older server, or the WatchList feature turned off: list in pages from now on
                     self.watch_list = False
                     self.last_error = str(e)[:500]
-                    log.info("streaming list refused, using paged lists", extra={"kind": self.name, "error": str(e)[:300]})
+                    log.info("streaming list refused, using plain lists", extra={"kind": self.name, "error": str(e)[:300]})
                 except ApiError as e:
                     self.last_error = str(e)[:500]
                     if e.gone:
@@ -202,37 +198,42 @@ class Informer:
         obj.setdefault("apiVersion", self.resource.api_version)
         return self.transform(obj) if self.transform else obj
 
+    def _taker(self) -> tuple[list[Obj] | None, Callable[[Obj], None]]:
+        """Where listed objects go: straight into an empty store, else into a list that replaces it."""
+        if len(self.store):
+            items: list[Obj] = []
+            return items, items.append
+        return None, partial(self.store.file, added=self._listed_added(), updated=self._listed_updated)
+
     async def _list_and_replace(self, rv: str) -> None:
-        """Paged list; each page is trimmed as it arrives, so at most one page of
-        untrimmed objects is alive at a time."""
+        """One list, each object decoded and trimmed as it arrives (the full
+        list never exists in memory) and taken as :meth:`_taker` says; a
+        relist's replace brings adds, updates and tombstones."""
         kw: dict[str, Any] = {"label_selector": self.label_selector, "field_selector": self.field_selector, "timeout": 300}
         if rv:
             kw.update(resource_version=rv, resource_version_match="NotOlderThan" if rv != "0" else None)
-        items: list[Obj] = []
-        list_rv = ""
+        items, take = self._taker()
+        list_rv: str | None = None
         try:
-            async for page, list_rv in self.client.list_pages(self.resource, self.namespace, **kw):
-                items.extend(self._prepare(obj) for obj in page)
-                del page
+            async for batch, list_rv in self.client.list_stream(
+                self.resource, self.namespace, drop_managed_fields=self._drop_managed_fields, **kw
+            ):
+                for obj in batch:
+                    take(self._prepare(obj))
         except ApiError as e:
             if not (e.gone and rv):
                 raise
             # too old for the server: a quorum list instead
             await self._list_and_replace("")
             return
-        self._synced_with(items, list_rv)
+        self._synced_with(items, list_rv or "")
 
     async def _watch_list(self, rv: str) -> None:
         """Streaming list: one watch that sends every object as ADDED, then a
         bookmark annotated ``k8s.io/initial-events-end``, then live events.
-
-        Each object is decoded and trimmed as it arrives (the full list never
-        exists in memory). The first list files each one in the empty store at
-        once; a relist replaces the store when the end bookmark comes, with the
-        same adds/updates/tombstones as a paged relist. The same stream then
-        carries on as the watch. Before that bookmark the server sends only
-        ADDED events: anything else means it ignored the request.
-        """
+        Objects are taken as in :meth:`_list_and_replace`. Before that
+        bookmark the server sends only ADDED events: anything else means it
+        ignored the request."""
         stream = self.client.watch_batches(
             self.resource,
             self.namespace,
@@ -244,8 +245,7 @@ class Informer:
             send_initial_events=True,
             drop_managed_fields=self._drop_managed_fields,
         )
-        items: list[Obj] | None = [] if len(self.store) else None
-        take = items.append if items is not None else partial(self.store.file, added=self._listed_added(), updated=self._listed_updated)
+        items, take = self._taker()
         listing = True
         try:
             async for batch in stream:

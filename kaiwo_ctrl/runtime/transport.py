@@ -3,7 +3,8 @@
 * Requests (get, list, create, replace, patch, delete) go through the lean
   keep-alive HTTP/1.1 pool of :mod:`.http1`, at most ``max_connections`` in
   flight; its per-request CPU is a fraction of aiohttp's, which mattered at
-  several requests per reconcile.
+  several requests per reconcile. An informer's list is read from that pool
+  as it arrives (:meth:`Transport.stream`).
 * Streams (watches, log follows) go through an aiohttp session: they live
   for minutes and need its read-inactivity timeout.
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -100,6 +102,19 @@ class Transport:
             async with await pool.request(method, self.authority, target, headers, body) as resp:
                 raw = await resp.read()
         return resp.status, raw, resp.header(b"retry-after") if resp.status >= 400 else None
+
+    @asynccontextmanager
+    async def stream(self, target: str, timeout: float) -> AsyncIterator[http1.Response]:
+        """A GET whose answer is read as it arrives (a list decoded item by
+        item); ``timeout`` bounds the wait for its headers. Transport
+        failures raise as in :meth:`exchange`."""
+        headers = await self.raw_headers(None)
+        pool = self._requests_pool()
+        async with self._slots:
+            async with asyncio.timeout(timeout):
+                resp = await pool.request("GET", self.authority, target, headers)
+            async with resp:
+                yield resp
 
     def session(self) -> aiohttp.ClientSession:
         """The stream session (watches, log follows)."""

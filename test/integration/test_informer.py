@@ -52,9 +52,9 @@ class Reasons:
         self.restarts[reason] += 1
 
 
-def started(client: Client, namespace: str) -> tuple[Informer, Recorder]:
+def started(client: Client, namespace: str, **kw) -> tuple[Informer, Recorder]:
     """A started ConfigMap informer on ``namespace`` with a recording handler."""
-    inf = Informer(client, CONFIGMAPS, namespace=namespace)
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, **kw)
     rec = Recorder()
     inf.add_handler(rec)
     inf.start()
@@ -183,11 +183,11 @@ async def test_410_gone_leads_to_relist_with_final_state(control_plane, admin, n
 
 
 async def test_streaming_list_then_the_same_stream_watches(client, admin, namespace):
-    """The initial list arrives as a watch with sendInitialEvents: no LIST, one WATCH."""
+    """With watch_list, the initial list arrives as a watch with sendInitialEvents: no LIST, one WATCH."""
     for n in ("a", "b", "c"):
         admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
     before = client.counts.copy()
-    inf, rec = started(client, namespace)
+    inf, rec = started(client, namespace, watch_list=True)
     try:
         assert await inf.wait_synced(30)
         assert sorted(rec.events) == [("add", n, True) for n in ("a", "b", "c")]
@@ -204,8 +204,32 @@ async def test_streaming_list_then_the_same_stream_watches(client, admin, namesp
         await inf.stop()
 
 
-async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, namespace):
-    """The first streaming list files objects as they arrive; when it fails
+async def test_one_list_decoded_as_it_arrives_then_a_watch(client, admin, namespace):
+    """By default the initial list is one LIST (not paged), its objects taken
+    one by one as the response arrives, then one WATCH from its resourceVersion."""
+    for i in range(120):  # ~0.5 MiB of list: many reads of the response
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(f"c{i:03}", v="x" * 4000))
+    before = client.counts.copy()
+    inf, rec = started(client, namespace)
+    try:
+        assert await inf.wait_synced(30)
+        assert not inf.watch_list
+        assert client.counts["GET"] - before["GET"] == 1
+        assert cache_state(inf) == server_state(admin, namespace)
+        assert sorted(rec.events) == [("add", f"c{i:03}", True) for i in range(120)]
+        assert inf.get("c007", namespace)["data"] == {"v": "x" * 4000}
+        assert "managedFields" not in inf.get("c007", namespace)["metadata"]
+        admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm("later", v="1"))
+        await eventually(lambda: inf.get("later", namespace), what="later cached over the watch")
+        assert ("add", "later", False) in rec.events
+        assert client.counts["WATCH"] - before["WATCH"] == 1
+    finally:
+        await inf.stop()
+
+
+@pytest.mark.parametrize("watch_list", [False, True], ids=["list", "streaming-list"])
+async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, namespace, watch_list):
+    """The first list files objects as they arrive; when it fails
     part-way, the informer is not synced, and the next list replaces what was
     filed: an object deleted meanwhile goes as a tombstone, nothing is left over."""
     for n in ("a", "b", "c"):
@@ -218,7 +242,7 @@ async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, nam
         gate["passed"].append(obj["metadata"]["name"])
         return obj
 
-    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform)
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform, watch_list=watch_list)
     inf._backoff.initial = 0.2
     rec = Recorder()
     inf.add_handler(rec)
@@ -243,7 +267,8 @@ async def test_first_list_cut_short_is_made_whole_by_the_next(client, admin, nam
         await inf.stop()
 
 
-async def test_handler_joining_during_the_first_list_gets_every_object_once(client, admin, namespace):
+@pytest.mark.parametrize("watch_list", [False, True], ids=["list", "streaming-list"])
+async def test_handler_joining_during_the_first_list_gets_every_object_once(client, admin, namespace, watch_list):
     for n in ("a", "b", "c"):
         admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(n, v="0"))
     late = Recorder()
@@ -253,7 +278,7 @@ async def test_handler_joining_during_the_first_list_gets_every_object_once(clie
             inf.add_handler(late)  # joins while the first list is being filed
         return obj
 
-    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform)
+    inf = Informer(client, CONFIGMAPS, namespace=namespace, transform=transform, watch_list=watch_list)
     inf.start()
     try:
         assert await inf.wait_synced(30)
@@ -305,9 +330,9 @@ class _WatchListOff(ControlPlane):
         return [*super().apiserver_args(), "--feature-gates=WatchList=false"]
 
 
-async def test_paged_list_when_the_server_refuses_streaming(control_plane, admin, namespace, tmp_path):
-    """A second kube-apiserver on the same etcd with WatchList off: the informer
-    falls back to paged lists and keeps working."""
+async def test_plain_list_when_the_server_refuses_streaming(control_plane, admin, namespace, tmp_path):
+    """A second kube-apiserver on the same etcd with WatchList off: an informer
+    asked for streaming lists falls back to plain lists and keeps working."""
     shutil.copytree(control_plane.certs, tmp_path / "certs")
     plane = _WatchListOff(directory=tmp_path, assets=control_plane.assets, etcd_port=control_plane.etcd_port, api_port=free_port())
     plane.start_apiserver()
@@ -316,7 +341,7 @@ async def test_paged_list_when_the_server_refuses_streaming(control_plane, admin
     c = Client(cfg)
     for i in range(3):
         admin.post(f"/api/v1/namespaces/{namespace}/configmaps", json=cm(f"p{i}", v="0"))
-    inf = Informer(c, CONFIGMAPS, namespace=namespace)
+    inf = Informer(c, CONFIGMAPS, namespace=namespace, watch_list=True)
     inf.start()
     try:
         assert await inf.wait_synced(60)

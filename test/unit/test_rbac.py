@@ -54,6 +54,7 @@ CLIENT_VERBS = {
     "list": ("list", None),
     "list_all": ("list", None),
     "list_pages": ("list", None),
+    "list_stream": ("list", None),
     "watch": ("watch", None),
     "create": ("create", None),
     "replace": ("update", None),

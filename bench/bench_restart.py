@@ -13,10 +13,10 @@ RSS. It stops it and starts it again (the restart) and prints:
 * CPU seconds of the operator process up to ready and over the first pass;
 * writes (POST/PUT/PATCH/DELETE, lease renewals excluded) in the first pass: 0
   is expected, since nothing changed;
-* the API server's floor: how long it takes to send the streaming lists of
-  all KaiwoJobs and all Jobs (the two big ones the operator syncs) to a
-  reader that only reads them, and the server's CPU seconds for that: no
-  operator can be ready sooner than its start-up plus this.
+* the API server's floor: how long it takes to send the lists of all
+  KaiwoJobs and all Jobs (the two big ones the operator syncs) to a reader
+  that only reads them, and the server's CPU seconds for that: no operator
+  can be ready sooner than its start-up plus this.
 
 Figures come from /proc and from the operator's own /metrics; the load
 average is printed with each restart, since the machine may be shared. The
@@ -30,14 +30,21 @@ git-ignored ``__pycache__``), as ``pip install`` does in the image: with
 ``--kubeconfig`` restarts against a control plane that already holds the
 KaiwoJobs and Jobs (in namespace ``bench-restart``), skipping the set-up and
 the creating run; ``--peak`` then gives the creating run's peak to compare.
+
+``--go-operator BIN`` times the Go Kaiwo operator's manager binary (built from
+github.com/silogen/kaiwo, ``go build ./cmd/operator``) after each restart, on
+the same plane: process start until its last controller logs "Starting
+workers", which controller-runtime does once that controller's caches have
+synced. It runs with a read-only ServiceAccount token, so its refused writes
+leave the objects as the next restart of ours expects them.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import signal
-import socket
 import ssl
 import statistics
 import subprocess
@@ -57,7 +64,7 @@ import procstat  # noqa: E402
 from bench_kaiwojobs import arrange  # noqa: E402
 from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
-from kaiwo_ctrl.runtime.client import Client  # noqa: E402
+from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
 from kaiwo_ctrl.runtime.restconfig import RestConfig  # noqa: E402
 
 NS = "bench-restart"
@@ -159,6 +166,8 @@ def wait_quiet(limit: float = 60.0, threshold: float = 0.1) -> float:
 
 def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None:
     readies: list[float] = []
+    go_readies: list[float] = []
+    go_kc = read_only_kubeconfig(kc, logs) if args.go_operator else None
     for i in range(args.restarts):
         busy = wait_quiet()
         load = os.getloadavg()[0]
@@ -175,30 +184,95 @@ def restarts(kc: str, args: argparse.Namespace, logs: Path, peak: float) -> None
               f"first pass done {done_at - op.t0:.2f} s after start ({done_at - ready_at:.2f} s after ready, "
               f"CPU {cpu_pass:.2f} s, RSS {rss_pass:.0f} MiB, peak {peak_restart:.0f} MiB); "
               f"writes in the first pass: {writes:.0f}", flush=True)
+        if go_kc:
+            go_readies.append(time_go_operator(args.go_operator, go_kc, logs / f"go-{i}.log"))
     print(f"ready over {len(readies)} restarts: median {statistics.median(readies):.2f} s, "
           f"{sum(r <= 1.5 for r in readies)} within 1.5 s")
+    if go_readies:
+        print(f"Go operator over {len(go_readies)} starts: workers started after a median of "
+              f"{statistics.median(go_readies):.2f} s, {sum(r <= 1.5 for r in go_readies)} within 1.5 s")
     print(f"target: ready <= 1.5 s; RSS after restart <= creating run's peak ({peak:.0f} MiB)")
 
 
-def read_streaming_list(cfg: RestConfig, path: str, out: dict[str, int]) -> None:
-    """Read one streaming list (watch with sendInitialEvents) as raw bytes until
-    its initial-events-end bookmark; nothing is decoded."""
+GO_CONTROLLERS = {"kaiwojob", "kaiwoservice", "kaiwoqueueconfig"}
+
+
+def read_only_kubeconfig(kc: str, d: Path) -> str:
+    """A kubeconfig for a ServiceAccount that may get, list and watch anything
+    and write nothing (for the Go operator, see the module docstring)."""
+    import yaml
+
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench-go-readonly", "namespace": "default"}}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-go-readonly"},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "bench-go-readonly"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-go-readonly"},
+               "subjects": [{"kind": "ServiceAccount", "name": "bench-go-readonly", "namespace": "default"}]}
+
+    async def token() -> str:
+        async with await Client.from_kubeconfig(kc) as c:
+            for path, obj in (("/api/v1/namespaces/default/serviceaccounts", sa),
+                              ("/apis/rbac.authorization.k8s.io/v1/clusterroles", role),
+                              ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)):
+                try:
+                    await c.request("POST", path, body=obj)
+                except ApiError as e:
+                    if e.status != 409:
+                        raise
+            answer = await c.request("POST", "/api/v1/namespaces/default/serviceaccounts/bench-go-readonly/token",
+                                     body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                           "spec": {"expirationSeconds": 86400}})
+            return answer["status"]["token"]
+
+    cfg = yaml.safe_load(Path(kc).read_text())
+    cfg["users"] = [{"name": "bench-go-readonly", "user": {"token": loop.run(token())}}]
+    for ctx in cfg["contexts"]:
+        ctx["context"]["user"] = "bench-go-readonly"
+    out = d / "go-readonly.kubeconfig"
+    out.write_text(yaml.safe_dump(cfg))
+    return str(out)
+
+
+def time_go_operator(binary: str, kc: str, log: Path) -> float:
+    """Start the Go operator and wait until every controller logged "Starting
+    workers"; returns the seconds since its start, and stops it."""
+    wait_quiet()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([binary, "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0"],
+                            env={**os.environ, "KUBECONFIG": kc}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    started: set[str] = set()
+    assert proc.stdout is not None
+    with open(log, "wb") as out:
+        for line in proc.stdout:
+            out.write(line)
+            if b'"Starting workers"' in line:
+                started |= {c for c in GO_CONTROLLERS if f'"controller":"{c}"'.encode() in line}
+                if started == GO_CONTROLLERS:
+                    break
+    took, cpu = time.perf_counter() - t0, procstat.cpu_seconds(proc.pid)
+    proc.kill()
+    proc.wait()
+    if started != GO_CONTROLLERS:
+        raise RuntimeError(f"the Go operator exited before starting {sorted(GO_CONTROLLERS - started)}; see {log}")
+    print(f"  Go operator: workers started after {took:.2f} s (CPU {cpu:.2f} s)", flush=True)
+    return took
+
+
+def read_list(cfg: RestConfig, path: str, out: dict[str, int]) -> None:
+    """Read one list (as the informers do: one GET, not paged) as raw bytes;
+    nothing is decoded."""
     host, _, port = cfg.host.split("//", 1)[1].rpartition(":")
     ctx = cfg.ssl_context()
     assert isinstance(ctx, ssl.SSLContext), "an https API server"
-    auth = f"Authorization: Bearer {cfg.token}\r\n" if cfg.token else ""
-    query = "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-    with ctx.wrap_socket(socket.create_connection((host.strip("[]"), int(port))), server_hostname=host.strip("[]")) as s:
-        s.sendall(f"GET {path}?{query} HTTP/1.1\r\nHost: {host}\r\n{auth}Accept: application/json\r\n\r\n".encode())
-        tail, n = b"", 0
-        while True:
-            data = s.recv(1 << 20)
-            if not data:
-                break
+    conn = http.client.HTTPSConnection(host.strip("[]"), int(port), context=ctx, timeout=120)
+    try:
+        conn.request("GET", path, headers={"Accept": "application/json", **({"Authorization": f"Bearer {cfg.token}"} if cfg.token else {})})
+        resp, n = conn.getresponse(), 0
+        while data := resp.read(1 << 20):
             n += len(data)
-            if b"initial-events-end" in tail + data:
-                break
-            tail = data[-64:]
+        assert resp.status == 200, resp.status
+    finally:
+        conn.close()
     out[path] = n
 
 
@@ -214,14 +288,14 @@ def server_floor(kc: str, apiserver_pid: int | None) -> None:
         out: dict[str, int] = {}
         cpu0 = procstat.cpu_seconds(apiserver_pid) if apiserver_pid else 0.0
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=read_streaming_list, args=(cfg, p, out)) for p in paths]
+        threads = [threading.Thread(target=read_list, args=(cfg, p, out)) for p in paths]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         took = time.perf_counter() - t0
         cpu = f", API server CPU {procstat.cpu_seconds(apiserver_pid) - cpu0:.2f} s" if apiserver_pid else ""
-        print(f"API server floor {i + 1}: both streaming lists ({sum(out.values()) / 2**20:.0f} MiB) read raw in "
+        print(f"API server floor {i + 1}: both lists ({sum(out.values()) / 2**20:.0f} MiB) read raw in "
               f"{took:.2f} s{cpu}", flush=True)
 
 
@@ -239,6 +313,7 @@ def main() -> int:
     p.add_argument("--kubeconfig", help="an existing control plane holding --count KaiwoJobs and their Jobs")
     p.add_argument("--peak", type=float, default=0.0, help="with --kubeconfig: the creating run's peak RSS, MiB")
     p.add_argument("--apiserver-pid", type=int, help="with --kubeconfig: the API server's pid, for its CPU seconds")
+    p.add_argument("--go-operator", metavar="BIN", help="also time the Go Kaiwo operator's binary (see above)")
     args = p.parse_args()
     compile_bytecode()
     if args.kubeconfig:

@@ -37,7 +37,7 @@ from kaiwo_ctrl.runtime.restconfig import RestConfig  # re-exported: callers bui
 from kaiwo_ctrl.runtime.streams import RequestHook, StreamingReads
 from kaiwo_ctrl.runtime.transport import Transport
 from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
-from kaiwo_ctrl.runtime.wire import PATCH_TYPES, loads, with_type
+from kaiwo_ctrl.runtime.wire import PATCH_TYPES, list_params, loads, with_type
 
 log = logging.getLogger("kaiwo_ctrl.runtime.client")
 
@@ -176,14 +176,7 @@ class Client(StreamingReads):
         continue_: str | None = None,
         timeout: float | None = None,
     ) -> dict:
-        params = {
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
-            "resourceVersion": resource_version,
-            "resourceVersionMatch": resource_version_match,
-            "limit": limit,
-            "continue": continue_,
-        }
+        params = list_params(label_selector, field_selector, resource_version, resource_version_match, limit, continue_)
         return await self.request("GET", res.path(namespace), params=params, timeout=timeout)
 
     async def list_all(self, res: Resource, namespace: str | None = None, page: int = 500, **kw: Any) -> tuple[builtins.list[dict], str]:

@@ -20,7 +20,7 @@ from kaiwo_ctrl.runtime.apitypes import ApiError, Resource
 from kaiwo_ctrl.runtime.liststream import ListSplitter, MalformedList
 from kaiwo_ctrl.runtime.transport import Transport
 from kaiwo_ctrl.runtime.watchstream import decode_events
-from kaiwo_ctrl.runtime.wire import LineSplitter, loads
+from kaiwo_ctrl.runtime.wire import LineSplitter, list_params, loads
 
 RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
 
@@ -54,14 +54,8 @@ class StreamingReads:
         streaming list's events, or in pages; with the items taken one by one,
         the client holds no more of it at a time than with pages.
         """
-        params = {
-            "labelSelector": label_selector,
-            "fieldSelector": field_selector,
-            "resourceVersion": resource_version,
-            "resourceVersionMatch": resource_version_match,
-        }
         path = res.path(namespace)
-        target = self.transport.target(path, params)
+        target = self.transport.target(path, list_params(label_selector, field_selector, resource_version, resource_version_match))
         timeout = timeout or self.request_timeout
         deadline = asyncio.get_running_loop().time() + timeout
         self.counts["GET"] += 1

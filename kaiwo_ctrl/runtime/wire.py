@@ -24,6 +24,21 @@ def param(v: Any) -> str:
     return str(v)
 
 
+def list_params(
+    label_selector: str | None, field_selector: str | None, resource_version: str | None,
+    resource_version_match: str | None, limit: int | None = None, continue_: str | None = None,
+) -> dict[str, Any]:
+    """The query of a list request (unset ones are left out when the target is built)."""
+    return {
+        "labelSelector": label_selector,
+        "fieldSelector": field_selector,
+        "resourceVersion": resource_version,
+        "resourceVersionMatch": resource_version_match,
+        "limit": limit,
+        "continue": continue_,
+    }
+
+
 def loads(raw: bytes) -> Any:
     if not raw:
         return None

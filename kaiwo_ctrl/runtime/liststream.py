@@ -47,41 +47,54 @@ class ListSplitter:
     complete, returns the last ones and the list's own fields."""
 
     def __init__(self) -> None:
-        self._rest = b""  # bytes not yet returned: the current item onwards
+        self._parts: list[bytes] = []  # bytes not yet returned (the current item onwards), as received
+        self._window = b""  # their last len(separator) - 1 bytes: a separator may straddle two chunks
         self._head: bytes | None = None  # the body up to and including '"items":['
         self._sep: bytes | None = None  # b"}," + the bytes every item opens with
-        self._scan = 1  # in _rest: where the search for the next separator resumes
         self._whole = False  # another layout: decoded whole by finish()
         self._carry = b""  # a piece that did not decode alone (see decode)
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        data = self._rest + chunk if self._rest else chunk
-        self._rest = data
-        if self._whole or (self._head is None and not self._find_head()) or (self._sep is None and not self._learn_prefix()):
+        self._parts.append(chunk)
+        if self._sep is None:
+            if self._whole or (self._head is None and not self._find_head()) or not self._learn_prefix():
+                return []
+            return self._split()
+        window = self._window + chunk
+        if self._sep not in window:  # the current item goes on: keep the chunk, copy nothing
+            self._window = window[1 - len(self._sep) :]
             return []
-        data, sep, out = self._rest, self._sep, []
+        return self._split()
+
+    def _pending(self) -> bytes:
+        if len(self._parts) != 1:
+            self._parts = [b"".join(self._parts)]
+        return self._parts[0]
+
+    def _split(self) -> list[bytes]:
+        data, sep, out, start = self._pending(), self._sep, [], 0
         assert sep is not None
-        start, j = 0, data.find(sep, self._scan)
+        j = data.find(sep, 1)
         while j >= 0:
             out.append(data[start : j + 1])
             start = j + 2
             j = data.find(sep, start + 1)
-        self._rest = data[start:] if start else data
-        self._scan = max(1, len(self._rest) - len(sep) + 1)
+        rest = data[start:] if start else data
+        self._parts, self._window = [rest], rest[1 - len(sep) :]
         return out
 
     def _find_head(self) -> bool:
-        data = self._rest
+        data = self._pending()
         i = data.find(_ITEMS, 0, _HEAD_LIMIT)
         if i < 0:
             self._whole = len(data) > _HEAD_LIMIT
             return False
         i += len(_ITEMS)
-        self._head, self._rest = data[:i], data[i:]
+        self._head, self._parts = data[:i], [data[i:]]
         return True
 
     def _learn_prefix(self) -> bool:
-        data = self._rest
+        data = self._pending()
         if data[:1] == b"]":
             return False  # no items: finish() reads the rest
         if data[:1] != b"{":
@@ -99,7 +112,7 @@ class ListSplitter:
         :class:`MalformedList` when the body is not a complete JSON list."""
         if self._whole or self._head is None:
             return self._decode_whole(self._head or b"")
-        data = self._rest
+        data = self._pending() if self._parts else b""
         end = len(data)
         while (end := data.rfind(b"]", 0, end)) >= 0:  # the array's end: the list's own fields follow it
             try:
@@ -114,7 +127,7 @@ class ListSplitter:
 
     def _decode_whole(self, head: bytes) -> tuple[list[bytes], dict[str, Any]]:
         try:
-            doc = orjson.loads(head + self._rest)
+            doc = orjson.loads(b"".join([head, *self._parts]))
         except orjson.JSONDecodeError as e:
             raise MalformedList(f"the list response is not JSON: {e}") from None
         if not isinstance(doc, dict):

@@ -115,3 +115,14 @@ def test_random_chunkings_agree_with_a_whole_decode():
     for _ in range(20):
         sizes = [rng.randint(1, 5000) for _ in range(8)]
         assert split(body, sizes)[0] == orjson.loads(body)["items"]
+
+
+def test_large_items_in_small_chunks():
+    # items far larger than the chunks: each is kept as the chunks that came, joined once
+    items = [cm(i, big="y" * 300_000) for i in range(3)]
+    things = [dict(thing(i), spec={"big": "y" * 300_000}) for i in range(3)]
+    for layout, xs in ((typed_list, items), (custom_list, things)):
+        out, envelope, early = split(layout(xs), [1024, 4096])
+        assert out == xs and early == 2
+    indented = orjson.dumps({"kind": "ConfigMapList", "metadata": {"resourceVersion": "3"}, "items": items}, option=orjson.OPT_INDENT_2)
+    assert split(indented, [1024])[0] == items

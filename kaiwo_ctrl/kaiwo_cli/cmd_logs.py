@@ -97,12 +97,12 @@ async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: s
     params = {"container": container, "follow": "true" if follow else None, "tailLines": tail}
     path = PODS.path(meta["namespace"], name, "log")
     url = client.transport.url(path, params)
-    # The client has no streaming GET for plain text; its session and auth headers are reused here.
-    headers = await client._headers(None)
+    # The client has no streaming GET for plain text; its transport's session and auth headers are reused here.
+    headers = await client.transport.headers(None)
     headers["Accept"] = "*/*"
     prefix = paint(f"[{tag}] ", "dim") if tag else ""
     try:
-        async with client._sess().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=15)) as resp:
+        async with client.transport.session().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=15)) as resp:
             if resp.status >= 400:
                 raw = await resp.read()
                 try:
@@ -126,7 +126,7 @@ async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: s
         print(f"kaiwo: no logs from pod {name} (container {container}): {await _why(client, pod, e)}", file=sys.stderr)
         return False
     except (aiohttp.ClientError, OSError) as e:
-        raise explain(ApiError(0, str(e) or type(e).__name__, "GET", path), client) from None
+        raise explain(ApiError.transport_failure(e, "GET", path), client) from None
     return True
 
 

@@ -64,6 +64,16 @@ class ApiError(Exception):
         self.retry_after = retry_after
         super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}".strip())
 
+    @classmethod
+    def transport_failure(cls, exc: BaseException, method: str, path: str) -> ApiError:
+        """No answer from the server (refused, reset, timed out): status 0."""
+        return cls(0, str(exc) or type(exc).__name__, method, path)
+
+    @classmethod
+    def from_answer(cls, status: int, body: Any, method: str, path: str, retry_after: bytes | None = None) -> ApiError:
+        """An error answer, with its decoded body and any ``Retry-After`` header."""
+        return cls(status, body, method, path, float(retry_after) if retry_after else None)
+
     @property
     def not_found(self) -> bool:
         return self.status == 404

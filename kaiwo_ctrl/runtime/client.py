@@ -29,7 +29,6 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 
 from kaiwo_ctrl.runtime.apitypes import ApiError, Resource, retry_on_conflict  # noqa: F401 - re-exported: the client's vocabulary
@@ -90,13 +89,6 @@ class Client(StreamingReads):
     async def from_kubeconfig(cls, kubeconfig: str | None = None, **kw: Any) -> "Client":
         return cls(await RestConfig.load(kubeconfig), **kw)
 
-    def _sess(self) -> aiohttp.ClientSession:
-        """The stream session (watches, log follows), with this client's TLS settings."""
-        return self.transport.session()
-
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        return await self.transport.headers(content_type)
-
     async def close(self) -> None:
         await self.transport.close()
 
@@ -138,14 +130,14 @@ class Client(StreamingReads):
                 method, target, data, content_type, timeout or self.request_timeout
             )
             if status >= 400:
-                raise ApiError(status, loads(raw), method, path, float(retry_after) if retry_after else None)
+                raise ApiError.from_answer(status, loads(raw), method, path, retry_after)
             if not raw or not decode:
                 return None
             if self.trim_write_answers and method in _WRITES:
                 return decode_object_without_managed_fields(raw)
             return loads(raw)
         except (TimeoutError, OSError) as exc:
-            raise ApiError(0, str(exc) or type(exc).__name__, method, path) from exc
+            raise ApiError.transport_failure(exc, method, path) from exc
         finally:
             dt = time.monotonic() - t0
             for hook in self.hooks:

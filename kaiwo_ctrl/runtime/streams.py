@@ -67,8 +67,7 @@ class StreamingReads:
                 if status >= 400:
                     async with asyncio.timeout_at(deadline):
                         raw = await resp.read()
-                    retry_after = resp.header(b"retry-after")
-                    raise ApiError(status, loads(raw), "GET", path, float(retry_after) if retry_after else None)
+                    raise ApiError.from_answer(status, loads(raw), "GET", path, resp.header(b"retry-after"))
                 splitter = ListSplitter()
                 chunks = aiter(resp)
                 while True:
@@ -84,7 +83,7 @@ class StreamingReads:
         except MalformedList as exc:
             raise ApiError(0, str(exc), "GET", path) from exc
         except (TimeoutError, OSError) as exc:
-            raise ApiError(0, str(exc) or type(exc).__name__, "GET", path) from exc
+            raise ApiError.transport_failure(exc, "GET", path) from exc
         finally:
             dt = time.monotonic() - t0
             for hook in self.hooks:
@@ -153,4 +152,4 @@ class StreamingReads:
                     if lines:
                         yield decode_events(lines, drop_managed_fields)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise ApiError(0, str(exc) or type(exc).__name__, "WATCH", path) from exc
+            raise ApiError.transport_failure(exc, "WATCH", path) from exc

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the static checks (./hack/lint.sh), then every test: unit, integration
+# Runs the static checks (./hack/lint.sh), builds the docs (mkdocs --strict), then every test: unit, integration
 # (real etcd + kube-apiserver) and e2e.
 # Does its own set-up first (./hack/setup.sh). Extra arguments go to pytest.
 set -euo pipefail
@@ -7,6 +7,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 ./hack/setup.sh
 ./hack/lint.sh  # ruff, mypy and the layering contracts; a failure stops here
+# the documentation site: --strict turns a broken link or anchor into a failure
+# (NO_MKDOCS_2_WARNING silences the theme's end-of-life notice, which is not about our pages)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet  # into site/ (git-ignored)
 t0=$(date +%s)
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 "$@"

@@ -1,4 +1,4 @@
-"""``./hack/run-local.sh``, the README's "run" command, as a user runs it."""
+"""``./hack/run-local.sh``, the README's first command, as a user runs it."""
 
 from __future__ import annotations
 

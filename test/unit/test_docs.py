@@ -65,3 +65,35 @@ def test_the_check_would_notice_a_missing_flag() -> None:
     parser.add_argument("--documented")
     parser.add_argument("--not-documented")
     assert [f for f in long_flags(parser) if f not in documented_flags("`--documented` does X")] == ["--not-documented"]
+
+
+def _slug(heading: str) -> str:
+    """The anchor Python-Markdown's toc extension gives a heading (its default slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_readme_links_resolve() -> None:
+    """The README is not part of the MkDocs build, so its relative links (and their
+    anchors) are checked here."""
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    relative = [link for link in links if not re.match(r"[a-z]+://", link)]
+    assert len(relative) >= 10, relative  # the README points into docs/ and bench/
+    broken = []
+    for link in relative:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        if not target.is_file():
+            broken.append(link)
+        elif anchor:
+            headings = re.findall(r"^#+\s+(.*)$", target.read_text(), flags=re.M)
+            if anchor not in {_slug(h) for h in headings}:
+                broken.append(link)
+    assert not broken, f"README.md links to missing files or anchors: {broken}"
+
+
+def test_slug_matches_the_anchors_mkdocs_makes() -> None:
+    assert _slug("Migrating from KubeAI") == "migrating-from-kubeai"
+    assert _slug("`kaiwo-ctrl run` flags") == "kaiwo-ctrl-run-flags"
+    assert _slug("What is synced, and what is never touched") == "what-is-synced-and-what-is-never-touched"

@@ -71,6 +71,7 @@ class _Conn(WriteFlow):
         self._task: asyncio.Task[None] | None = None
         self._serving: Request | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._refusal: bytes | None = None  # the answer refusing a request, sent after those before it
         self._waiting = _IDLE
         self._last = 0.0  # when the last body bytes came
 
@@ -95,9 +96,9 @@ class _Conn(WriteFlow):
             else:
                 self._refuse_quietly(400, b"upgrades are not supported")
         except httptools.HttpParserError:
-            if not self.closed:  # else a callback refused the request and answered already
+            if not self.closed and self._refusal is None:  # else a callback refused the request already
                 self._refuse_quietly(400, b"bad request")
-        if self._queue and self._held is None and not self.closed:
+        if (self._queue or self._refusal is not None) and self._held is None and not self.closed:
             self._held = []  # requests wait their turn: read no further until they are served
             self.transport.pause_reading()
 
@@ -246,8 +247,12 @@ class _Conn(WriteFlow):
             return
         if self._queue:
             self._start(self._queue.popleft())
-            if self._queue:
+            if self._queue or self._refusal is not None:
                 return  # still more parsed than answered: keep the rest of the bytes held
+        if self._refusal is not None:
+            self.transport.write(self._refusal)
+            self.close()
+            return
         held, self._held = self._held, None
         if held is not None:
             self.transport.resume_reading()
@@ -262,10 +267,17 @@ class _Conn(WriteFlow):
         raise _Refused()
 
     def _refuse_quietly(self, status: int, message: bytes) -> None:
-        if not self.closed and self._task is None:
-            self.transport.write(response_head(status, [(b"Content-Type", b"text/plain")],
-                                               b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(message)) + message)
-        self.close()
+        """Answer ``status`` and close; after the answers due first, when a request is being answered."""
+        if self.closed or self._refusal is not None:
+            return
+        answer = response_head(status, [(b"Content-Type", b"text/plain")],
+                               b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(message)) + message
+        if self._task is None:
+            self.transport.write(answer)
+            self.close()
+        else:
+            self._refusal = answer  # read nothing more; sent once the requests before it are answered
+            self._disarm()
 
     def close(self, abort: bool = False) -> None:
         if not self.closed:

@@ -52,6 +52,7 @@ from kaiwo_ctrl.runtime.http1response import Response
 
 BUFFER_LIMIT = 1 << 20
 MAX_HEAD_BYTES = 64 << 10
+SEND_SLICE = 256 << 10
 
 
 class TransportError(OSError):
@@ -235,14 +236,17 @@ class _Conn(WriteFlow):
                 self.transport.abort()
         self.pool._forget(self)
 
-    async def send(self, head: bytes, body: bytes) -> None:
+    async def send(self, head: bytes, body: bytes | bytearray) -> None:
         t = self.transport
         assert t is not None
         if len(body) < 65536:
             t.write(head + body)
-        else:
+        else:  # in slices, each written once the last has gone: the transport never copies the whole body
             t.write(head)
-            t.write(body)
+            view = memoryview(body)
+            for i in range(0, len(body), SEND_SLICE):
+                t.write(view[i:i + SEND_SLICE])
+                await self.drain()
         await self.drain()
 
 
@@ -282,7 +286,7 @@ class Pool:
         return len(h.idle) if h else 0
 
     async def request(
-        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes = b"",
+        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes | bytearray = b"",
     ) -> Response:
         """Send ``method target`` to ``authority`` (``host:port``).
 

@@ -79,7 +79,7 @@ class Streamed:
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "version", "keep_alive", "_conn", "_streamed")
+    __slots__ = ("method", "path", "query", "headers", "body", "version", "keep_alive", "reserved", "_conn", "_streamed")
 
     def __init__(self, conn: Any, method: str, url: bytes, version: str, keep_alive: bool, headers: list[tuple[bytes, bytes]]) -> None:
         path, _, query = url.partition(b"?")
@@ -90,6 +90,7 @@ class Request:
         self.body: bytes | bytearray = b""  # whole; a bytearray when it came in several reads (not copied again)
         self.version = version
         self.keep_alive = keep_alive
+        self.reserved = 0  # bytes of the server's body budget held for this request
         self._conn = conn
         self._streamed: Streamed | None = None
 

@@ -25,6 +25,9 @@ Limits (each connection's memory is bounded by them):
 * ``max_header_bytes`` (431, or 414 for the target alone);
 * ``max_body_bytes``: 413, before any of the body is read when the
   Content-Length announces it (and without ``100 Continue``);
+* ``body_budget``: the request bodies held across all connections
+  (:mod:`kaiwo_ctrl.runtime.http1budget`); a request waits, reading paused,
+  until its body fits, and gets 503 after ``body_idle_timeout`` of waiting;
 * pipelining: while a request is being answered the next one is read; once
   a request waits its turn, reading pauses until it had it, so a connection
   holds at most two bodies (the one being answered, the next) and one read
@@ -43,6 +46,7 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
+from kaiwo_ctrl.runtime.http1budget import BodyBudget
 from kaiwo_ctrl.runtime.http1common import WriteFlow
 from kaiwo_ctrl.runtime.http1message import Headers, Request, Response, Streamed, response_head
 
@@ -72,6 +76,9 @@ class _Conn(WriteFlow):
         self._serving: Request | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None  # the answer refusing a request, sent after those before it
+        self._budget_wait = False  # reading paused until the body budget covers the current request
+        self._need = 0  # what the current request reserves of the body budget
+        self._expecting = False  # 100 Continue is due once the body budget is granted
         self._waiting = _IDLE
         self._last = 0.0  # when the last body bytes came
 
@@ -106,6 +113,12 @@ class _Conn(WriteFlow):
         self.closed = True
         self.server._conns.discard(self)
         self._disarm()
+        if self._budget_wait:
+            self._budget_wait = False
+            self.server.budget.cancel(self._granted)
+        for req in (*self._queue, self._current):
+            if req is not None:
+                self._give_back(req)
         self._queue.clear()
         self._held = None
         if self._task is not None:
@@ -132,6 +145,10 @@ class _Conn(WriteFlow):
         elif self._held is not None:
             # the request waits behind the one being answered (reading paused by us): not the client's stall
             self._arm(self._waiting, self.server.body_idle_timeout)
+        elif self._budget_wait:  # the body budget stayed spent for as long as a client may idle: busy, not the client's fault
+            self._budget_wait = False
+            self.server.budget.cancel(self._granted)
+            self._refuse_quietly(503, b"server busy, try again")
         elif self._waiting == _BODY and (left := self._last + self.server.body_idle_timeout - self.loop.time()) > 0:
             self._arm(_BODY, left)  # body bytes came since: wait the rest
         else:
@@ -162,13 +179,37 @@ class _Conn(WriteFlow):
         if length is not None and int(length) > self.server.max_body_bytes:  # llhttp checked it is digits
             self._refuse(413, b"request body too large")
         expect = req.header(b"expect")
-        if expect is not None:
-            if expect.lower() != b"100-continue":
-                self._refuse(417, b"expectation not supported")
-            if self._task is None and not self._queue:
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if expect is not None and expect.lower() != b"100-continue":
+            self._refuse(417, b"expectation not supported")
+        self._expecting = expect is not None and self._task is None and not self._queue
         self._last = self.loop.time()
         self._arm(_BODY, self.server.body_idle_timeout)
+        budget = self.server.budget
+        need = int(length) if length is not None else (self.server.max_body_bytes if req.header(b"transfer-encoding") else 0)
+        self._need = need = min(need, budget.total)
+        if need and not budget.take(need, self._granted):
+            self._budget_wait = True
+            self.transport.pause_reading()
+            return
+        self._granted()
+
+    def _granted(self) -> None:
+        """The body budget covers the current request: read its body."""
+        if self._current is not None:
+            self._current.reserved = self._need
+        self._last = self.loop.time()
+        if self._expecting:
+            self._expecting = False
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if self._budget_wait:
+            self._budget_wait = False
+            if self._held is None:
+                self.transport.resume_reading()
+
+    def _give_back(self, req: Request) -> None:
+        if req.reserved:
+            self.server.budget.give(req.reserved)
+            req.reserved = 0
 
     def on_body(self, body: bytes) -> None:
         self._last = self.loop.time()
@@ -222,6 +263,7 @@ class _Conn(WriteFlow):
                     await req._streamed.end()
         finally:
             server._in_flight -= 1
+            self._give_back(req)
             self._task = self._serving = None
             self._next(req)
 
@@ -255,7 +297,8 @@ class _Conn(WriteFlow):
             return
         held, self._held = self._held, None
         if held is not None:
-            self.transport.resume_reading()
+            if not self._budget_wait:
+                self.transport.resume_reading()
             for data in held:
                 self.data_received(data)
         if self._task is None and self._current is None and not self.closed:
@@ -309,8 +352,9 @@ class Server:
     def __init__(
         self, handler: Handler, *, keepalive_timeout: float = 75.0, max_body_bytes: int = 32 << 20,
         max_header_bytes: int = 64 << 10, head_timeout: float = 30.0, body_idle_timeout: float = 30.0,
-        error_response: Callable[[], Response] = _plain_500,
+        body_budget: int | None = None, error_response: Callable[[], Response] = _plain_500,
     ) -> None:
+        self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20))
         self.handler, self.error_response = handler, error_response
         self.keepalive_timeout, self.max_body_bytes, self.max_header_bytes = keepalive_timeout, max_body_bytes, max_header_bytes
         self.head_timeout, self.body_idle_timeout = head_timeout, body_idle_timeout

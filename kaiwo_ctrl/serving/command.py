@@ -68,6 +68,9 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="longest pause between a request's body bytes (default 30s; then 408)")
     p.add_argument("--proxy-max-body-size", type=_bytes, default=_bytes(env("PROXY_MAX_BODY_SIZE", "32Mi")),
                    help="largest request body (default 32Mi, room for a 25 MB audio upload; 413, sent before the body is read)")
+    p.add_argument("--proxy-body-memory", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY", "512Mi")),
+                   help="request bodies held at once, all clients together (default 512Mi); a request waits until its "
+                        "body fits, and gets 503 after --proxy-body-idle-timeout")
     p.add_argument("--proxy-max-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_HEADER_SIZE", "64Ki")),
                    help="largest request head (default 64Ki; then 431)")
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
@@ -80,6 +83,7 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         head_timeout=args.proxy_header_timeout, body_idle_timeout=args.proxy_body_idle_timeout,
         max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
         max_upstream_head_bytes=args.proxy_max_upstream_header_size, endpoint_wait=args.proxy_endpoint_wait_timeout,
+        body_memory=args.proxy_body_memory,
         request_timeout=args.proxy_request_timeout or None,
     )
 

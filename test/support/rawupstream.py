@@ -62,6 +62,7 @@ class RawUpstream:
         self.seen: list[Seen] = []
         self.connections = 0
         self.closed_by_peer = 0  # connections the client closed
+        self.unexpected = b""  # bytes a client sent before its answer came
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -82,6 +83,19 @@ class RawUpstream:
 
     async def normal(self, seen: Seen, w: asyncio.StreamWriter) -> None:
         w.write(json_answer(seen.tag))
+
+    async def _client_left(self, r: asyncio.StreamReader) -> bool:
+        """Wait ``delay`` before answering; True when the client closed meanwhile (a pooled
+        client never pipelines, so any byte now is a protocol breach, kept in ``unexpected``)."""
+        try:
+            extra = await asyncio.wait_for(r.read(1), self.delay)
+        except TimeoutError:
+            return False
+        if not extra:
+            self.closed_by_peer += 1
+            return True
+        self.unexpected += extra
+        return False
 
     async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -104,7 +118,8 @@ class RawUpstream:
                 if self.interim:
                     w.write(self.interim)
                 await w.drain()
-                await asyncio.sleep(self.delay)
+                if await self._client_left(r):
+                    return
                 await self.answer(seen, w)
                 await w.drain()
         except (ConnectionError, asyncio.IncompleteReadError):

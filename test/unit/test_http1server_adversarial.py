@@ -10,7 +10,9 @@ import re
 
 import pytest
 
+from kaiwo_ctrl.runtime.http1budget import BodyBudget
 from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+from support import eventually
 
 
 class Echo:
@@ -171,3 +173,45 @@ async def test_pipelined_request_over_the_limit_after_a_good_one(served):
     assert status_lines(out) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 413 Request Entity Too Large"], out[:300]
     assert b"echo:good" in out and app.handled == [b"good"], "the good request before it is answered first"
     await normal_request_works(port)
+
+
+def test_body_budget_grants_in_order_and_never_part_of_a_body():
+    budget = BodyBudget(100)
+    granted: list[str] = []
+    assert budget.take(60, lambda: granted.append("a"))
+    assert not budget.take(50, lambda: granted.append("b")), "only 40 left"
+    assert not budget.take(10, lambda: granted.append("c")), "queued behind b, though it would fit"
+    budget.give(60)
+    assert granted == ["b", "c"] and budget.free == 40
+
+
+async def test_bodies_wait_for_the_budget_then_503():
+    app = Echo()
+    app.gate.clear()
+    server = Server(app, max_body_bytes=1000, body_budget=1000, head_timeout=5, body_idle_timeout=0.5)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        first = asyncio.create_task(exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 800\r\n\r\n" + b"a" * 800))
+        await eventually(lambda: app.handled == [b"a" * 800], what="the first body is in and held")
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.2)  # no 100 Continue: its body does not fit yet
+        app.gate.set()
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"b" * 500)
+        out = await asyncio.wait_for(reader.read(-1), 5)
+        writer.close()
+        assert status_lines(out) == [b"HTTP/1.1 200 OK"] and out.endswith(b"echo:" + b"b" * 500)
+        assert status_lines(await first) == [b"HTTP/1.1 200 OK"]
+        app.gate.clear()
+        held = asyncio.create_task(exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 900\r\n\r\n" + b"c" * 900))
+        await eventually(lambda: len(app.handled) == 3, what="the third body is in and held")
+        out = await exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 200\r\n\r\n")
+        assert status_lines(out) == [b"HTTP/1.1 503 Service Unavailable"], "waited the body idle time for the budget"
+        app.gate.set()
+        assert status_lines(await held) == [b"HTTP/1.1 200 OK"]
+        await eventually(lambda: server.budget.free == 1000, what="every reservation given back")
+    finally:
+        app.gate.set()
+        await server.close(drain_timeout=1)

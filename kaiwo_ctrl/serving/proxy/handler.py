@@ -63,18 +63,25 @@ def error_response(status: int, message: str, **extra: Any) -> Response:
     return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
 
 
-def split_multipart_model(body: bytes, boundary: str) -> tuple[str | None, bytes]:
-    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form)."""
+def split_multipart_model(body: bytes | bytearray, boundary: str) -> tuple[str | None, bytes | bytearray]:
+    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form).
+
+    The part is found in place and the rest is made in one copy (an audio upload
+    may be tens of MB); a body without a model part is returned as it is."""
     delim = b"--" + boundary.encode()
-    segments = body.split(delim)
-    kept, model = [segments[0]], None
-    for seg in segments[1:]:
-        head, sep, content = seg.partition(b"\r\n\r\n")
-        if model is None and sep and not seg.startswith(b"--") and _MODEL_PART.search(head):
-            model = content.removesuffix(b"\r\n").decode(errors="replace").strip()
-            continue
-        kept.append(seg)
-    return model, delim.join(kept)
+    pos = body.find(delim)
+    while pos != -1:
+        start = pos + len(delim)
+        nxt = body.find(delim, start)
+        if nxt == -1 or body.startswith(b"--", start):
+            break  # the closing delimiter, or no part after it
+        head_end = body.find(b"\r\n\r\n", start, nxt)
+        if head_end != -1 and _MODEL_PART.search(body, start, head_end):
+            model = bytes(body[head_end + 4:nxt]).removesuffix(b"\r\n").decode(errors="replace").strip()
+            view = memoryview(body)
+            return model, b"".join((view[:pos], view[nxt:]))
+        pos = nxt
+    return None, body
 
 
 class ProxyHandler:
@@ -127,6 +134,7 @@ class ProxyHandler:
             if not boundary:
                 raise ProxyError(400, "bad request: multipart body without a boundary")
             model, body = split_multipart_model(body, boundary)
+            request.body = b""  # only the form as forwarded is kept
             if not model and not path_model:
                 raise ProxyError(400, "bad request: missing 'model' form field")
             return model or path_model or "", body, None

@@ -1,6 +1,7 @@
 """The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``).
 
-Together they bound one connection's memory: request heads of at most
+``body_memory`` bounds the request bodies of all connections together (the
+operator's container has 2 GiB). Per connection the bounds are: request heads of at most
 ``max_head_bytes``; the body being answered, of at most ``max_body_bytes``
 (held once; the ``model`` rewrite replaces it with one re-encoded copy, the
 parsed form living only while that copy is made); the next pipelined
@@ -27,6 +28,9 @@ class ProxyLimits:
     max_head_bytes: int = 64 << 10
     #: a request body's size (413, sent before the body is read): OpenAI's audio uploads go to 25 MB, plus the form
     max_body_bytes: int = 32 << 20
+    #: request bodies held at once across all connections; a request waits (reading paused) until its body
+    #: fits, and gets 503 after body_idle_timeout of waiting
+    body_memory: int = 512 << 20
     #: an upstream answer's head (502 when a model server breaks it)
     max_upstream_head_bytes: int = 64 << 10
     #: how long a request waits for a Ready endpoint of its Model (504): long enough for a scale-from-zero

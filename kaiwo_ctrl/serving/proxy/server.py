@@ -81,7 +81,8 @@ class ProxyServer:
         # drain_timeout to finish, then are cut
         lim = self.handler.limits
         server = Server(route(self.handler), max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
-                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, error_response=internal_error)
+                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
+                        error_response=internal_error)
         try:
             self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})

@@ -252,15 +252,16 @@ class _Conn(WriteFlow):
                 resp = None
             if self.closed:
                 return
-            if isinstance(resp, Response):
+            streamed = req._streamed
+            if streamed is not None:  # its status went out already: it ends cleanly, or broken
+                if resp is streamed:
+                    await streamed.end()
+                elif not streamed.ended:
+                    streamed.abort()  # the handler failed, or answered anew (a deadline mid-stream)
+            elif isinstance(resp, Response):
                 self._send(req, resp)
-            elif resp is None and req._streamed is None:
+            else:
                 self._send(req, server.error_response())
-            elif req._streamed is not None and not req._streamed.ended:
-                if resp is None:
-                    req._streamed.abort()  # a stream whose handler failed ends broken, not clean
-                else:
-                    await req._streamed.end()
         finally:
             server._in_flight -= 1
             self._give_back(req)

@@ -280,6 +280,24 @@ async def test_request_deadline_is_504(proxy, upstream, admin, namespace):
         code, _, raw_body = await proxy.post("/openai/v1/completions", body("alice", model="slow"))
         assert code == 504 and orjson.loads(raw_body)["error"]["type"] == "timeout_error"
         await eventually(lambda: slow.closed_by_peer >= 1, what="the upstream request was cut at the deadline")
+
+        async def drip(seen: Seen, w: asyncio.StreamWriter) -> None:
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for _ in range(30):
+                w.write(b"7\r\ndata: x\r\n")
+                await w.drain()
+                await asyncio.sleep(0.2)
+            w.write(b"0\r\n\r\n")
+
+        slow.delay, slow.answer = 0.0, drip
+        got = b""
+        async with proxy.http.post(proxy.url + "/openai/v1/completions", data=body("bob", model="slow", stream=True)) as r:
+            assert r.status == 200, "the stream began before the deadline"
+            with pytest.raises(aiohttp.ClientPayloadError):
+                async for chunk in r.content.iter_any():
+                    got += chunk
+        assert got.startswith(b"data: x") and len(got) < 30 * 7, "cut at the deadline, and seen cut (no second answer head)"
+        await eventually(lambda: slow.closed_by_peer >= 2, what="the upstream stream was cut at the deadline")
     finally:
         await slow.stop()
     await own_answer(proxy, upstream)

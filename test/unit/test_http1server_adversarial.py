@@ -215,3 +215,37 @@ async def test_bodies_wait_for_the_budget_then_503():
     finally:
         app.gate.set()
         await server.close(drain_timeout=1)
+
+
+async def test_a_new_answer_after_a_stream_began_breaks_the_stream_off():
+    """A deadline that passes mid-stream makes the handler answer 504, but the
+    stream's 200 went out already: the client must see a broken stream, not a second head."""
+    async def handler(request: Request) -> Response:
+        s = await request.stream(200, [(b"Content-Type", b"text/event-stream")])
+        await s.write(b"data: one\n\n")
+        return Response(504, [], b"late")
+
+    server = Server(handler)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        out = await exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+    finally:
+        await server.close(drain_timeout=1)
+    assert status_lines(out) == [b"HTTP/1.1 200 OK"] and b"late" not in out
+    assert out.endswith(b"data: one\n\n\r\n"), "no last chunk: the client sees the stream cut"
+
+
+async def test_handler_failure_text_never_reaches_the_client():
+    from kaiwo_ctrl.serving.proxy.handler import internal_error
+
+    async def handler(request: Request) -> Response:
+        raise RuntimeError("secret-internal-detail at /srv/app.py line 12")
+
+    server = Server(handler, error_response=internal_error)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        out = await exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+    finally:
+        await server.close(drain_timeout=1)
+    assert status_lines(out) == [b"HTTP/1.1 500 Internal Server Error"]
+    assert out.split(b"\r\n\r\n", 1)[1] == b'{"error":{"message":"Internal Server Error","type":"server_error","code":500}}'

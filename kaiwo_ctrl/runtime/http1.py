@@ -138,9 +138,10 @@ class _Conn(WriteFlow):
         self._count(len(status) + 15)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.response is not None
-        self._count(len(name) + len(value) + 4)
-        self.response.headers.append((name, value))
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > self.pool.max_head_bytes:
+            raise HeadTooLarge(f"response head over {self.pool.max_head_bytes} bytes")
+        self.response.headers.append((name, value))  # type: ignore[union-attr]
 
     def _count(self, n: int) -> None:
         self.head_bytes += n

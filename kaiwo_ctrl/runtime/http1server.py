@@ -18,7 +18,8 @@ bad Content-Length, a bad chunk size, obs-folded header lines are refused with
   order; ``Expect: 100-continue`` is answered here (any other expectation
   gets 417), never passed to the handler as something to act on.
 
-Limits (each connection's memory is bounded by them):
+Limits (each connection's memory is bounded by them; the times are checked
+by one sweep over the connections, every second or a quarter of the shortest):
 
 * ``head_timeout``: from a request's first byte to the end of its head (408);
 * ``body_idle_timeout``: the longest pause between body bytes (408);
@@ -54,7 +55,8 @@ __all__ = ["Handler", "Headers", "Request", "Response", "Server", "Streamed"]
 
 log = logging.getLogger("kaiwo_ctrl.runtime.http1server")
 
-_IDLE, _HEAD, _BODY = 0, 1, 2  # what the connection's timer is waiting for
+_IDLE, _HEAD, _BODY = 0, 1, 2  # what the connection's deadline is for
+_NEVER = float("inf")
 
 
 class _Conn(WriteFlow):
@@ -74,7 +76,10 @@ class _Conn(WriteFlow):
         self._held: list[bytes] | None = None  # bytes not fed to the parser while a request waits its turn
         self._task: asyncio.Task[None] | None = None
         self._serving: Request | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = _NEVER  # checked by the server's sweep (cheaper than a timer per request)
+        self._length: bytes | None = None  # the request's Content-Length, Expect and Transfer-Encoding
+        self._expect: bytes | None = None
+        self._chunked = False
         self._refusal: bytes | None = None  # the answer refusing a request, sent after those before it
         self._budget_wait = False  # reading paused until the body budget covers the current request
         self._need = 0  # what the current request reserves of the body budget
@@ -125,19 +130,16 @@ class _Conn(WriteFlow):
             self._task.cancel()  # the client went away: so does its request
         self.drain_failed(ConnectionResetError("the client went away"))
 
-    # timers: one per connection, for the keep-alive idle time, the head or the body
+    # one deadline per connection, for the keep-alive idle time, the head or the body
     def _arm(self, what: int, after: float) -> None:
-        self._disarm()
         self._waiting = what
-        self._timer = self.loop.call_later(after, self._expired)
+        self._deadline = self.loop.time() + after
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline = _NEVER
 
     def _expired(self) -> None:
-        self._timer = None
+        self._deadline = _NEVER
         if self.closed:
             return
         if self._waiting == _IDLE:
@@ -157,6 +159,7 @@ class _Conn(WriteFlow):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._url, self._headers, self._head_bytes, self._body = b"", [], 0, b""
+        self._length, self._expect, self._chunked = None, None, False
         self._arm(_HEAD, self.server.head_timeout)
 
     def on_url(self, url: bytes) -> None:
@@ -167,25 +170,31 @@ class _Conn(WriteFlow):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
-        self._head_bytes += len(name) + len(value)
+        n = len(name)
+        self._head_bytes += n + len(value)
         if self._head_bytes > self.server.max_header_bytes:
             self._refuse(431, b"request head too large")
+        if n == 14 and name.lower() == b"content-length":
+            self._length = value
+        elif n == 6 and name.lower() == b"expect":
+            self._expect = value
+        elif n == 17 and name.lower() == b"transfer-encoding":
+            self._chunked = True
 
     def on_headers_complete(self) -> None:
         p = self.parser
         req = Request(self, p.get_method().decode(), self._url, p.get_http_version(), p.should_keep_alive(), self._headers)
         self._current = req
-        length = req.header(b"content-length")
+        length, expect = self._length, self._expect
         if length is not None and int(length) > self.server.max_body_bytes:  # llhttp checked it is digits
             self._refuse(413, b"request body too large")
-        expect = req.header(b"expect")
         if expect is not None and expect.lower() != b"100-continue":
             self._refuse(417, b"expectation not supported")
         self._expecting = expect is not None and self._task is None and not self._queue
         self._last = self.loop.time()
         self._arm(_BODY, self.server.body_idle_timeout)
         budget = self.server.budget
-        need = int(length) if length is not None else (self.server.max_body_bytes if req.header(b"transfer-encoding") else 0)
+        need = int(length) if length is not None else (self.server.max_body_bytes if self._chunked else 0)
         self._need = need = min(need, budget.total)
         if need and not budget.take(need, self._granted):
             self._budget_wait = True
@@ -364,11 +373,21 @@ class Server:
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self._in_flight = 0
+        # the connections' deadlines are checked this often: to within a second, or a quarter of the shortest limit
+        self._tick = min(1.0, keepalive_timeout / 4, head_timeout / 4, body_idle_timeout / 4)
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, *, backlog: int = 4096) -> int:
         """Listen; returns the bound port."""
         self._server = await self.loop.create_server(lambda: _Conn(self), host, port, backlog=backlog, reuse_address=True)
+        self._sweeper = self.loop.call_later(self._tick, self._sweep)
         return int(self._server.sockets[0].getsockname()[1])
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        for c in [c for c in self._conns if c._deadline <= now]:
+            c._expired()
+        self._sweeper = self.loop.call_later(self._tick, self._sweep)
 
     async def close(self, drain_timeout: float = 10.0) -> None:
         self.closing = True
@@ -384,5 +403,7 @@ class Server:
             if c._task is not None:
                 c._task.cancel()
             c.close(abort=True)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             await self._server.wait_closed()

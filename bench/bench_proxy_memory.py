@@ -35,7 +35,8 @@ def spawn(role: str, *args: str) -> subprocess.Popen:
 
 
 async def upload(port: int, size: int, send_s: float, slice_bytes: int = 64 << 10) -> str:
-    """One slow client: the head, then the body in slices spread over ``send_s``; returns the answer's status."""
+    """One slow client: the head, then the body in slices spread over ``send_s``, reading
+    the answer meanwhile (as curl does: an early 413 or 503 stops the upload); returns its status."""
     prefix = b'{"model":"bench","prompt":"'
     suffix = b'"}'
     filler = size - len(prefix) - len(suffix)
@@ -45,10 +46,10 @@ async def upload(port: int, size: int, send_s: float, slice_bytes: int = 64 << 1
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
         return "connect error"
-    try:
+
+    async def send() -> None:
         writer.write(head + prefix)
-        slices = max(1, filler // slice_bytes)
-        pause = send_s / slices
+        pause = send_s / max(1, filler // slice_bytes)
         piece = b"x" * slice_bytes
         sent = 0
         while sent < filler:
@@ -59,11 +60,15 @@ async def upload(port: int, size: int, send_s: float, slice_bytes: int = 64 << 1
             await asyncio.sleep(pause)
         writer.write(suffix)
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), 300)
+
+    sender = asyncio.create_task(send())
+    try:
+        line = await asyncio.wait_for(reader.readline(), 600)
         return line.split(b" ")[1].decode() if line.startswith(b"HTTP/1.1 ") else "closed"
     except (OSError, asyncio.IncompleteReadError, TimeoutError):
         return "broken"
     finally:
+        sender.cancel()
         writer.close()
 
 

@@ -28,7 +28,7 @@ by one sweep over the connections, every second or a quarter of the shortest):
   Content-Length announces it (and without ``100 Continue``);
 * ``body_budget``: the request bodies held across all connections
   (:mod:`kaiwo_ctrl.runtime.http1budget`); a request waits, reading paused,
-  until its body fits, and gets 503 after ``body_idle_timeout`` of waiting;
+  until its body fits, and gets 503 after ``budget_wait`` of waiting;
 * pipelining: while a request is being answered the next one is read; once
   a request waits its turn, reading pauses until it had it, so a connection
   holds at most two bodies (the one being answered, the next) and one read
@@ -147,7 +147,7 @@ class _Conn(WriteFlow):
         elif self._held is not None:
             # the request waits behind the one being answered (reading paused by us): not the client's stall
             self._arm(self._waiting, self.server.body_idle_timeout)
-        elif self._budget_wait:  # the body budget stayed spent for as long as a client may idle: busy, not the client's fault
+        elif self._budget_wait:  # the body budget stayed spent for budget_wait: busy, not the client's fault
             self._budget_wait = False
             self.server.budget.cancel(self._granted)
             self._refuse_quietly(503, b"server busy, try again")
@@ -191,14 +191,13 @@ class _Conn(WriteFlow):
         if expect is not None and expect.lower() != b"100-continue":
             self._refuse(417, b"expectation not supported")
         self._expecting = expect is not None and self._task is None and not self._queue
-        self._last = self.loop.time()
-        self._arm(_BODY, self.server.body_idle_timeout)
         budget = self.server.budget
         need = int(length) if length is not None else (self.server.max_body_bytes if self._chunked else 0)
         self._need = need = min(need, budget.total)
         if need and not budget.take(need, self._granted):
             self._budget_wait = True
             self.transport.pause_reading()
+            self._arm(_BODY, self.server.budget_wait)
             return
         self._granted()
 
@@ -207,6 +206,7 @@ class _Conn(WriteFlow):
         if self._current is not None:
             self._current.reserved = self._need
         self._last = self.loop.time()
+        self._arm(_BODY, self.server.body_idle_timeout)
         if self._expecting:
             self._expecting = False
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -362,8 +362,9 @@ class Server:
     def __init__(
         self, handler: Handler, *, keepalive_timeout: float = 75.0, max_body_bytes: int = 32 << 20,
         max_header_bytes: int = 64 << 10, head_timeout: float = 30.0, body_idle_timeout: float = 30.0,
-        body_budget: int | None = None, error_response: Callable[[], Response] = _plain_500,
+        body_budget: int | None = None, budget_wait: float = 120.0, error_response: Callable[[], Response] = _plain_500,
     ) -> None:
+        self.budget_wait = budget_wait
         self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20))
         self.handler, self.error_response = handler, error_response
         self.keepalive_timeout, self.max_body_bytes, self.max_header_bytes = keepalive_timeout, max_body_bytes, max_header_bytes

@@ -70,7 +70,9 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest request body (default 32Mi, room for a 25 MB audio upload; 413, sent before the body is read)")
     p.add_argument("--proxy-body-memory", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY", "512Mi")),
                    help="request bodies held at once, all clients together (default 512Mi); a request waits until its "
-                        "body fits, and gets 503 after --proxy-body-idle-timeout")
+                        "body fits, and gets 503 after --proxy-body-memory-wait")
+    p.add_argument("--proxy-body-memory-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_MEMORY_WAIT", "2m")),
+                   help="how long a request waits for --proxy-body-memory to fit its body (default 2m; then 503)")
     p.add_argument("--proxy-max-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_HEADER_SIZE", "64Ki")),
                    help="largest request head (default 64Ki; then 431)")
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
@@ -83,7 +85,7 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         head_timeout=args.proxy_header_timeout, body_idle_timeout=args.proxy_body_idle_timeout,
         max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
         max_upstream_head_bytes=args.proxy_max_upstream_header_size, endpoint_wait=args.proxy_endpoint_wait_timeout,
-        body_memory=args.proxy_body_memory,
+        body_memory=args.proxy_body_memory, body_memory_wait=args.proxy_body_memory_wait,
         request_timeout=args.proxy_request_timeout or None,
     )
 

@@ -188,7 +188,7 @@ def test_body_budget_grants_in_order_and_never_part_of_a_body():
 async def test_bodies_wait_for_the_budget_then_503():
     app = Echo()
     app.gate.clear()
-    server = Server(app, max_body_bytes=1000, body_budget=1000, head_timeout=5, body_idle_timeout=0.5)
+    server = Server(app, max_body_bytes=1000, body_budget=1000, budget_wait=0.5, head_timeout=5, body_idle_timeout=5)
     port = await server.start("127.0.0.1", 0)
     try:
         first = asyncio.create_task(exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 800\r\n\r\n" + b"a" * 800))
@@ -208,7 +208,7 @@ async def test_bodies_wait_for_the_budget_then_503():
         held = asyncio.create_task(exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 900\r\n\r\n" + b"c" * 900))
         await eventually(lambda: len(app.handled) == 3, what="the third body is in and held")
         out = await exchange(port, b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 200\r\n\r\n")
-        assert status_lines(out) == [b"HTTP/1.1 503 Service Unavailable"], "waited the body idle time for the budget"
+        assert status_lines(out) == [b"HTTP/1.1 503 Service Unavailable"], "waited budget_wait for the budget"
         app.gate.set()
         assert status_lines(await held) == [b"HTTP/1.1 200 OK"]
         await eventually(lambda: server.budget.free == 1000, what="every reservation given back")

@@ -23,15 +23,17 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     assert lim == ProxyLimits()
     assert lim.max_body_bytes >= 25_000_000 + 64 * 1024, "OpenAI's 25 MB audio uploads fit, with their form"
     assert lim.request_timeout == 1800 and lim.endpoint_wait == 600 and lim.head_timeout == 30 and lim.body_idle_timeout == 30
-    assert lim.max_upstream_head_bytes == 64 << 10 and lim.body_memory == 512 << 20
+    assert lim.max_upstream_head_bytes == 64 << 10 and lim.body_memory == 512 << 20 and lim.body_memory_wait == 120
 
 
 def test_flags_set_every_limit():
     lim = proxy_limits(parse("--proxy-request-timeout", "0", "--proxy-endpoint-wait-timeout", "90s", "--proxy-header-timeout", "5s",
                              "--proxy-body-idle-timeout", "7s", "--proxy-max-body-size", "1Mi", "--proxy-max-header-size", "8Ki",
-                             "--proxy-max-upstream-header-size", "16Ki", "--proxy-body-memory", "64Mi"))
+                             "--proxy-max-upstream-header-size", "16Ki", "--proxy-body-memory", "64Mi",
+                             "--proxy-body-memory-wait", "9s"))
     assert lim == ProxyLimits(head_timeout=5, body_idle_timeout=7, max_head_bytes=8 << 10, max_body_bytes=1 << 20,
-                              max_upstream_head_bytes=16 << 10, endpoint_wait=90, request_timeout=None, body_memory=64 << 20)
+                              max_upstream_head_bytes=16 << 10, endpoint_wait=90, request_timeout=None, body_memory=64 << 20,
+                              body_memory_wait=9)
 
 
 @pytest.mark.parametrize("argv", [("--proxy-max-body-size", "lots"), ("--proxy-max-body-size", "0"),

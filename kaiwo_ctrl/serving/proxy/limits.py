@@ -29,8 +29,9 @@ class ProxyLimits:
     #: a request body's size (413, sent before the body is read): OpenAI's audio uploads go to 25 MB, plus the form
     max_body_bytes: int = 32 << 20
     #: request bodies held at once across all connections; a request waits (reading paused) until its body
-    #: fits, and gets 503 after body_idle_timeout of waiting
+    #: fits, and gets 503 after body_memory_wait of waiting
     body_memory: int = 512 << 20
+    body_memory_wait: float = 120.0
     #: an upstream answer's head (502 when a model server breaks it)
     max_upstream_head_bytes: int = 64 << 10
     #: how long a request waits for a Ready endpoint of its Model (504): long enough for a scale-from-zero

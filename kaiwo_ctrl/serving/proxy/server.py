@@ -81,7 +81,7 @@ class ProxyServer:
         # drain_timeout to finish, then are cut
         lim = self.handler.limits
         server = Server(route(self.handler), max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
-                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
+                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory, budget_wait=lim.body_memory_wait,
                         error_response=internal_error)
         try:
             self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 
 import aiohttp
 import orjson
@@ -46,23 +47,27 @@ async def proxy(control_plane):
     await asyncio.wait_for(task, 60)
 
 
+MODEL = {"name": ""}  # the Model the current test's upstream serves (a name no other namespace has)
+
+
 @pytest.fixture
 async def upstream(proxy, admin, namespace):
-    """A uvicorn-like model server behind Model ``m`` (one Ready Pod)."""
+    """A uvicorn-like model server behind a Model of its own (one Ready Pod)."""
     up = await RawUpstream(next_host()).start()
-    create_model(admin, namespace, "m", autoscalingDisabled=True)
-    await proxy.wait_model(namespace, "m")
-    server_pod(admin, namespace, "m", up)
-    await proxy.wait_endpoints(namespace, "m", 1)
+    name = MODEL["name"] = f"m-{uuid.uuid4().hex[:8]}"
+    create_model(admin, namespace, name, autoscalingDisabled=True)
+    await proxy.wait_model(namespace, name)
+    server_pod(admin, namespace, name, up)
+    await proxy.wait_endpoints(namespace, name, 1)
     yield up
     await up.stop()
 
 
-def body(who: str, model: str = "m", **extra) -> bytes:
-    return orjson.dumps({"model": model, "user": who, "prompt": "hello", **extra})
+def body(who: str, model: str | None = None, **extra) -> bytes:
+    return orjson.dumps({"model": model or MODEL["name"], "user": who, "prompt": "hello", **extra})
 
 
-async def ask(proxy: Proxy, who: str, model: str = "m") -> tuple[int, dict]:
+async def ask(proxy: Proxy, who: str, model: str | None = None) -> tuple[int, dict]:
     code, _, raw = await proxy.post("/openai/v1/completions", body(who, model), headers={"Content-Type": "application/json"})
     return code, orjson.loads(raw)
 
@@ -204,7 +209,8 @@ async def test_deeply_nested_json(proxy, upstream, namespace, depth, rewrite, st
     """orjson reads 1,024 levels and writes 254: a body it cannot read, or cannot write
     again after the model rewrite, is a 400 in OpenAI's shape, never a 500 or a traceback."""
     nested = b"[" * depth + b"]" * depth
-    model = f"{namespace}/m" if rewrite else "m"  # a namespaced name is rewritten to the Model's own
+    m = MODEL["name"]
+    model = f"{namespace}/{m}" if rewrite else m  # a namespaced name is rewritten to the Model's own
     doc = b'{"model":"%b","user":"alice","prompt":%b}' % (model.encode(), nested)
     code, headers, raw_body = await proxy.post("/openai/v1/completions", doc, headers={"Content-Type": "application/json"})
     assert code == status, raw_body[:300]
@@ -253,9 +259,9 @@ async def test_smuggling_attempts_are_400(proxy, upstream, attack):
 
 
 async def test_header_injection_through_the_model_name(proxy, upstream, namespace):
-    code, _, raw_body = await proxy.post("/openai/v1/completions", body("alice", model="m\r\nX-Injected: 1"))
+    code, _, raw_body = await proxy.post("/openai/v1/completions", body("alice", model=MODEL["name"] + "\r\nX-Injected: 1"))
     assert code == 404 and orjson.loads(raw_body)["error"]["code"] == 404
-    out = await raw(proxy, head(len(b := body("alice")), b"Connection: close", path=f"/{namespace}/m%0d%0aX-Injected:%201/v1/completions".encode()) + b)
+    out = await raw(proxy, head(len(b := body("alice")), b"Connection: close", path=f"/{namespace}/{MODEL['name']}%0d%0aX-Injected:%201/v1/completions".encode()) + b)
     assert statuses(out) == [404]
     assert upstream.seen == []
     await own_answer(proxy, upstream)

@@ -4,7 +4,7 @@ a request as parsed, a whole response, and a response sent as it is written."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
@@ -119,3 +119,11 @@ class Request:
         conn.transport.write(response_head(status, headers, extra, version))
         self._streamed = s = Streamed(status, conn, chunked, length)
         return s
+
+
+Handler = Callable[[Request], Awaitable["Response | Streamed"]]
+
+
+def plain_500() -> Response:
+    """The server's answer to a request whose handler raised, unless it is given another."""
+    return Response(500, [(b"Content-Type", b"text/plain")], b"500 Internal Server Error")

@@ -1,12 +1,10 @@
 """A lean HTTP/1.1 server on asyncio protocols and httptools' request parser.
 
-The serving half of :mod:`kaiwo_ctrl.runtime.http1`, for a hop where CPU per
-request matters (a proxy's front door): requests are parsed by llhttp (in C,
-strict about framing: both Content-Length and chunked framing, a duplicate or
-bad Content-Length, a bad chunk size, obs-folded header lines are refused with
-400), headers stay the raw bytes they came in, and a response is one
-``transport.write``. Uvicorn serves HTTP the same way. The messages are in
-:mod:`kaiwo_ctrl.runtime.http1message`.
+The serving half of :mod:`kaiwo_ctrl.runtime.http1`, for a hop where CPU per request
+matters (a proxy's front door): llhttp (in C) parses, strictly (both Content-Length and
+chunked framing, a duplicate or bad Content-Length, a bad chunk size, obs-folded header
+lines: 400); headers stay the raw bytes they came in; a response is one
+``transport.write``, as uvicorn does. Messages: :mod:`kaiwo_ctrl.runtime.http1message`.
 
 * One handler, ``async (Request) -> Response | Streamed``, runs in a task of
   its own per request, once its body is in; when the client goes away the
@@ -29,10 +27,9 @@ by one sweep over the connections, every second or a quarter of the shortest):
 * ``body_budget``: the request bodies held across all connections
   (:mod:`kaiwo_ctrl.runtime.http1budget`); a request waits, reading paused,
   until its body fits, and gets 503 after ``budget_wait`` of waiting;
-* pipelining: while a request is being answered the next one is read; once
-  a request waits its turn, reading pauses until it had it, so a connection
-  holds at most two bodies (the one being answered, the next) and one read
-  (at most 256 KiB) beyond them.
+* pipelining: while a request is answered the next is read; once one waits its
+  turn, reading pauses, so a connection holds at most two bodies (the one being
+  answered, the next) and one read (at most 256 KiB) beyond them.
 
 :meth:`Server.close` stops listening, closes idle connections and gives
 requests in flight ``drain_timeout`` before cancelling them.
@@ -43,13 +40,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import httptools
 
 from kaiwo_ctrl.runtime.http1budget import BodyBudget
 from kaiwo_ctrl.runtime.http1common import WriteFlow
-from kaiwo_ctrl.runtime.http1message import Headers, Request, Response, Streamed, response_head
+from kaiwo_ctrl.runtime.http1message import Handler, Headers, Request, Response, Streamed, plain_500, response_head
 
 __all__ = ["Handler", "Headers", "Request", "Response", "Server", "Streamed"]
 
@@ -346,13 +343,6 @@ class _Refused(Exception):
     """Stops the parser after a refused request."""
 
 
-Handler = Callable[[Request], Awaitable["Response | Streamed"]]
-
-
-def _plain_500() -> Response:
-    return Response(500, [(b"Content-Type", b"text/plain")], b"500 Internal Server Error")
-
-
 class Server:
     """Serves ``handler`` on one listening socket; see the module docstring.
 
@@ -362,7 +352,7 @@ class Server:
     def __init__(
         self, handler: Handler, *, keepalive_timeout: float = 75.0, max_body_bytes: int = 32 << 20,
         max_header_bytes: int = 64 << 10, head_timeout: float = 30.0, body_idle_timeout: float = 30.0,
-        body_budget: int | None = None, budget_wait: float = 120.0, error_response: Callable[[], Response] = _plain_500,
+        body_budget: int | None = None, budget_wait: float = 120.0, error_response: Callable[[], Response] = plain_500,
     ) -> None:
         self.budget_wait = budget_wait
         self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20))

@@ -12,7 +12,6 @@ first upstream request went out; the wait for an endpoint is bounded.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -61,8 +60,7 @@ class Exchange:
         """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
         w0 = time.perf_counter()
         try:
-            async with asyncio.timeout(self.wait_limit):
-                ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip)
+            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
             return ep
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None

@@ -231,7 +231,9 @@ class ProxyHandler:
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
 
-    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint:
+    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None) -> Endpoint:
+        """An endpoint for ``t``; waits for one at most ``wait_limit`` (TimeoutError; no timer when one is free)."""
+        deadline = None
         while True:
             changed = group.changed()
             prefix = self._state(t).prefix  # the strategy is read at request time
@@ -246,7 +248,10 @@ class ProxyHandler:
                 ep = group.choose_least(t.adapter, skip)
             if ep is not None:
                 return group.acquire(ep)
-            await changed.wait()
+            if deadline is None and wait_limit is not None:
+                deadline = asyncio.get_running_loop().time() + wait_limit
+            async with asyncio.timeout_at(deadline):
+                await changed.wait()
             t = self._refresh(t)
 
     def _refresh(self, t: Target) -> Target:

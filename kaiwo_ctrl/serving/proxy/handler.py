@@ -93,7 +93,7 @@ class ProxyHandler:
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
-        # No overall limit (generations are long; the Model's timeout bounds them), but a server
+        # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
         self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0, buffer_limit=UPSTREAM_BUFFER,

@@ -20,9 +20,23 @@ does not ask for.
   (closed before the response ended), :class:`ProtocolError`; an optional
   ``read_timeout`` bounds each wait for the server and raises ``TimeoutError``.
 
+Framing (RFC 9112) is strict, because a pooled connection that is out of step
+with its server hands one caller's answer to the next caller:
+
+* interim answers (``100 Continue``, ``103 Early Hints``, ...) are skipped,
+  never taken for the final answer; ``101`` (an upgrade nobody asked for) is
+  a :class:`ProtocolError`;
+* a connection goes back to the pool only when its answer was read to the end
+  and no byte beyond it has arrived; bytes after the answer, or while idle,
+  close it;
+* the answer's head (status line and headers, interim answers included) is
+  bounded by ``max_head_bytes``; a longer one is a :class:`HeadTooLarge` and
+  closes the connection, as does invalid framing (:class:`ProtocolError`) and
+  an answer cut short (:class:`RemoteClosed`).
+
 TLS: give the pool an ``ssl`` context (the API client does); the server's
 certificate is checked against the authority's host. Not supported (not
-needed by its users): HEAD, 1xx answers, upgrades, proxies, pipelining.
+needed by its users): HEAD, upgrades, proxies, pipelining.
 """
 
 from __future__ import annotations
@@ -37,6 +51,8 @@ from kaiwo_ctrl.runtime.http1common import WriteFlow, encode_head
 from kaiwo_ctrl.runtime.http1response import Response
 
 BUFFER_LIMIT = 1 << 20
+MAX_HEAD_BYTES = 64 << 10
+SEND_SLICE = 256 << 10
 
 
 class TransportError(OSError):
@@ -55,12 +71,16 @@ class ProtocolError(TransportError):
     pass
 
 
+class HeadTooLarge(ProtocolError):
+    """The answer's head is longer than the pool's ``max_head_bytes``."""
+
+
 class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
         "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
-        "reused", "_waiter", "_paused",
+        "reused", "head_bytes", "interim", "_waiter", "_paused",
     )
 
     def __init__(self, pool: Pool, key: str) -> None:
@@ -73,6 +93,8 @@ class _Conn(WriteFlow):
         self.closed = False
         self.response: Response | None = None
         self.reused = False  # served an exchange before
+        self.head_bytes = 0  # of the answer being read, interim answers included
+        self.interim = False  # the message being parsed is a 1xx answer
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
 
@@ -87,7 +109,8 @@ class _Conn(WriteFlow):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self._fail(ProtocolError(f"bad response: {e}"))
+            cause = e.__context__
+            self._fail(cause if isinstance(cause, ProtocolError) else ProtocolError(f"bad response: {e}"))
             self.abort()
 
     def eof_received(self) -> bool:
@@ -105,14 +128,37 @@ class _Conn(WriteFlow):
         self.drain_failed(RemoteClosed("connection closed while sending"))
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        r = self.response
+        if r is None or r.complete:
+            # bytes after the answer (a second answer to one request): the connection is out of step
+            raise ProtocolError("data after the end of the response")
+
+    def on_status(self, status: bytes) -> None:
+        self._count(len(status) + 15)
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.response is not None
-        self.response.headers.append((name, value))
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > self.pool.max_head_bytes:
+            raise HeadTooLarge(f"response head over {self.pool.max_head_bytes} bytes")
+        self.response.headers.append((name, value))  # type: ignore[union-attr]
+
+    def _count(self, n: int) -> None:
+        self.head_bytes += n
+        if self.head_bytes > self.pool.max_head_bytes:
+            raise HeadTooLarge(f"response head over {self.pool.max_head_bytes} bytes")
 
     def on_headers_complete(self) -> None:
         r = self.response
         assert r is not None and self.parser is not None
-        r.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if status < 200:
+            if status == 101:
+                raise ProtocolError("unexpected 101 Switching Protocols")
+            self.interim = True  # 100 Continue, 103 Early Hints, ...: not the answer; skipped
+            r.headers.clear()
+            return
+        r.status = status
         r.keep_alive = self.parser.should_keep_alive()
         chunked = False
         for k, v in r.headers:
@@ -138,6 +184,9 @@ class _Conn(WriteFlow):
     def on_message_complete(self) -> None:
         r = self.response
         assert r is not None
+        if self.interim:
+            self.interim = False  # the final answer follows on the same parser
+            return
         r.complete = True
         self.parser = None
         self._wake()
@@ -188,14 +237,17 @@ class _Conn(WriteFlow):
                 self.transport.abort()
         self.pool._forget(self)
 
-    async def send(self, head: bytes, body: bytes) -> None:
+    async def send(self, head: bytes, body: bytes | bytearray) -> None:
         t = self.transport
         assert t is not None
         if len(body) < 65536:
             t.write(head + body)
-        else:
+        else:  # in slices, each written once the last has gone: the transport never copies the whole body
             t.write(head)
-            t.write(body)
+            view = memoryview(body)
+            for i in range(0, len(body), SEND_SLICE):
+                t.write(view[i:i + SEND_SLICE])
+                await self.drain()
         await self.drain()
 
 
@@ -220,8 +272,10 @@ class Pool:
     def __init__(
         self, *, connect_timeout: float | None = 5.0, read_timeout: float | None = None, idle_timeout: float = 60.0,
         max_idle_per_host: int = 256, buffer_limit: int = BUFFER_LIMIT, ssl: ssl_module.SSLContext | None = None,
+        max_head_bytes: int = MAX_HEAD_BYTES,
     ) -> None:
         self.ssl = ssl
+        self.max_head_bytes = max_head_bytes
         self.connect_timeout, self.read_timeout, self.idle_timeout = connect_timeout, read_timeout, idle_timeout
         self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
         self._hosts: dict[str, _Host] = {}
@@ -233,7 +287,7 @@ class Pool:
         return len(h.idle) if h else 0
 
     async def request(
-        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes = b"",
+        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes | bytearray = b"",
     ) -> Response:
         """Send ``method target`` to ``authority`` (``host:port``).
 
@@ -249,6 +303,7 @@ class Pool:
             conn = await self._acquire(authority)
             resp = conn.response = Response(conn)
             conn.parser = httptools.HttpResponseParser(conn)
+            conn.head_bytes, conn.interim = 0, False
             try:
                 await conn.send(data, body)
                 while not resp._headers_done:
@@ -257,7 +312,7 @@ class Pool:
                     await conn.wait()
             except RemoteClosed:
                 resp.release()
-                if conn.reused and not resp.headers and resp._error is not None:
+                if conn.reused and not conn.head_bytes and resp._error is not None:
                     continue  # a kept-alive connection the server had just closed: once more on a new one
                 raise
             except BaseException:

@@ -17,8 +17,10 @@ import os
 from typing import Any
 
 from api.meta import parse_duration
+from kaiwo_ctrl.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.settings import operator_namespace
+from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
@@ -33,13 +35,59 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _bytes(text: str) -> int:
+    try:
+        n = int(parse_quantity(text))
+    except (ValueError, ArithmeticError) as e:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from e
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"a size must be positive: {text!r}")
+    return n
+
+
+def _positive_seconds(text: str) -> float:
+    s = _seconds(text)
+    if s <= 0:
+        raise argparse.ArgumentTypeError(f"a time limit must be positive: {text!r}")
+    return s
+
+
 def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("--proxy-bind-address", default=env("PROXY_BIND_ADDRESS", ":8000"),
                    help="address of the OpenAI-compatible proxy (default :8000); '0' disables it")
-    p.add_argument("--proxy-request-timeout", type=_seconds, default=_seconds(env("PROXY_REQUEST_TIMEOUT", "0")),
-                   help="default request deadline, e.g. 10m ('0': none); a Model's annotation "
-                        "kaiwo.silogen.ai/request-timeout overrides it")
+    p.add_argument("--proxy-request-timeout", type=_seconds, default=_seconds(env("PROXY_REQUEST_TIMEOUT", "30m")),
+                   help="default overall deadline of a request, streaming included (default 30m; '0': none); "
+                        "a Model's annotation kaiwo.silogen.ai/request-timeout overrides it")
+    p.add_argument("--proxy-endpoint-wait-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_ENDPOINT_WAIT_TIMEOUT", "10m")),
+                   help="how long a request waits for a Ready server Pod of its Model, e.g. while it scales from zero "
+                        "(default 10m; then 504)")
+    p.add_argument("--proxy-header-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_HEADER_TIMEOUT", "30s")),
+                   help="time from a request's first byte to the end of its head (default 30s; then 408)")
+    p.add_argument("--proxy-body-idle-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_IDLE_TIMEOUT", "30s")),
+                   help="longest pause between a request's body bytes (default 30s; then 408)")
+    p.add_argument("--proxy-max-body-size", type=_bytes, default=_bytes(env("PROXY_MAX_BODY_SIZE", "32Mi")),
+                   help="largest request body (default 32Mi, room for a 25 MB audio upload; 413, sent before the body is read)")
+    p.add_argument("--proxy-body-memory", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY", "512Mi")),
+                   help="request bodies held at once, all clients together (default 512Mi); a request waits until its "
+                        "body fits, and gets 503 after --proxy-body-memory-wait")
+    p.add_argument("--proxy-body-memory-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_MEMORY_WAIT", "2m")),
+                   help="how long a request waits for --proxy-body-memory to fit its body (default 2m; then 503)")
+    p.add_argument("--proxy-max-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_HEADER_SIZE", "64Ki")),
+                   help="largest request head (default 64Ki; then 431)")
+    p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
+                   help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
+
+
+def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
+    """The proxy's limits as the flags set them."""
+    return ProxyLimits(
+        head_timeout=args.proxy_header_timeout, body_idle_timeout=args.proxy_body_idle_timeout,
+        max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
+        max_upstream_head_bytes=args.proxy_max_upstream_header_size, endpoint_wait=args.proxy_endpoint_wait_timeout,
+        body_memory=args.proxy_body_memory, body_memory_wait=args.proxy_body_memory_wait,
+        request_timeout=args.proxy_request_timeout or None,
+    )
 
 
 def add_autoscaler_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,7 +115,7 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     ``model_config`` (a serving ``SystemConfig``) supplies the autoscaler settings the
     flags leave unset.
     """
-    server = setup_proxy(mgr, args.proxy_bind_address, default_timeout=args.proxy_request_timeout or None)
+    server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args))
     if autoscaler:
         from kaiwo_ctrl.serving.autoscale.autoscaler import AutoscalerConfig
         from kaiwo_ctrl.serving.autoscale.setup import setup_autoscaler

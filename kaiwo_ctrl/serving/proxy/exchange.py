@@ -7,7 +7,7 @@ labelled metric series. It is derived once per version of the cached Model
 
 :class:`Exchange` is one request's state across its attempts: the time spent
 waiting for an endpoint (left out of the proxy's own overhead) and when the
-first upstream request went out.
+first upstream request went out; the wait for an endpoint is bounded.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import Group
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import Target, request_timeout
+from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target, request_timeout
 
 
 class ModelState:
@@ -48,19 +48,22 @@ class ModelState:
 
 
 class Exchange:
-    __slots__ = ("handler", "group", "target", "key", "waited", "sent_at")
+    __slots__ = ("handler", "group", "target", "key", "waited", "sent_at", "wait_limit")
 
-    def __init__(self, handler: Any, group: Group, target: Target) -> None:
-        self.handler, self.group, self.target = handler, group, target
+    def __init__(self, handler: Any, group: Group, target: Target, wait_limit: float | None = None) -> None:
+        self.handler, self.group, self.target, self.wait_limit = handler, group, target, wait_limit
         self.key = ""  # the PrefixHash key
         self.waited = 0.0
         self.sent_at = 0.0
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
+        """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
         w0 = time.perf_counter()
         try:
-            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip)
+            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
             return ep
+        except TimeoutError:
+            raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None
         finally:
             self.waited += time.perf_counter() - w0
 

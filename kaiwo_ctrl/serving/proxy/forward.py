@@ -7,9 +7,14 @@
   answer, each on a newly chosen endpoint (one not yet tried when there is
   one). After the last attempt a 5xx answer passes through and a transport
   error becomes 502.
-* Bodies are never decoded: a response with a Content-Length is read whole
-  and sent back; anything else (SSE, chunked) is relayed chunk by chunk as it
-  arrives. A stream the server breaks off is broken off for the client.
+* ``Expect`` is answered by the proxy's own server (``100 Continue``) and
+  never forwarded: a model server's interim answer must not reach the client.
+* Bodies are never decoded: a response with a Content-Length up to
+  ``WHOLE_LIMIT`` is read whole (so a break is retried) and sent back; a
+  larger one, or one without a length (SSE, chunked), is relayed chunk by
+  chunk as it arrives, reading paused while the client is slower. A stream
+  the server breaks off is broken off for the client, and a client that goes
+  away mid-answer closes the upstream connection (never reused).
 * The upstream hop is :class:`kaiwo_ctrl.runtime.http1.Pool` (keep-alive
   connections, httptools parser): about a third of the CPU per request of
   aiohttp's client, which dominated the proxy's cost.
@@ -26,6 +31,7 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 ATTEMPTS = 4
+WHOLE_LIMIT = 1 << 20
 HOP_BY_HOP = frozenset(
     h.lower().encode()
     for h in (
@@ -33,7 +39,7 @@ HOP_BY_HOP = frozenset(
         "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
     )
 )
-_INBOUND_DROP = HOP_BY_HOP | {b"forwarded"}
+_INBOUND_DROP = HOP_BY_HOP | {b"forwarded", b"expect"}
 PROXY_HEADER = (b"X-Proxy", b"kaiwo-ctrl")
 
 RawHeaders = Iterable[tuple[bytes, bytes]]
@@ -80,7 +86,7 @@ async def forward(
     request: Request,
     pool: Pool,
     path: str,
-    body: bytes,
+    body: bytes | bytearray,
     headers: list[tuple[bytes, bytes]],
     acquire: Acquire,
     release: Release,
@@ -106,7 +112,7 @@ async def forward(
                 if up.status in RETRY_STATUSES and not last:
                     on_retry(str(up.status))
                     continue
-                if up.content_length is not None:
+                if up.content_length is not None and up.content_length <= WHOLE_LIMIT:
                     try:
                         data = await up.read()
                     except OSError as e:  # broke off before anything reached the client: try again
@@ -124,8 +130,8 @@ async def forward(
 
 
 async def relay(request: Request, up: Upstream) -> Streamed:
-    """Pass a streamed (chunked or connection-delimited) body on chunk by chunk."""
-    out = await request.stream(up.status, response_headers(up.headers))
+    """Pass a body on chunk by chunk: with its Content-Length when it has one, else chunked."""
+    out = await request.stream(up.status, response_headers(up.headers), up.content_length)
     try:
         async for chunk in up:
             await out.write(chunk)

@@ -9,8 +9,11 @@
 Per request: parse -> resolve -> count as active -> scale from zero -> wait for
 an endpoint (LeastLoad or PrefixHash, read from the Model now) -> forward.
 The Model's deadline (annotation ``kaiwo.silogen.ai/request-timeout``, else the
-process default) covers all of it, streaming included. Errors are OpenAI-style
-JSON: ``{"error": {"message", "type", "code"}}``.
+process default) covers all of it, streaming included; the wait for an endpoint
+has its own bound (504 either way). Errors are OpenAI-style JSON:
+``{"error": {"message", "type", "code"}}``; no exception text reaches a client.
+A body the proxy cannot parse, or cannot encode again after the ``model``
+rewrite (nested deeper than orjson's limit), is a 400.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
+from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
@@ -48,38 +52,52 @@ _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conf
 _JSON = (b"Content-Type", b"application/json")
 
 
+def internal_error() -> Response:
+    """The answer to a request whose handling failed unexpectedly (logged; nothing of it is sent)."""
+    return error_response(500, "Internal Server Error")
+
+
 def error_response(status: int, message: str, **extra: Any) -> Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
            "code": status, **extra}
     return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
 
 
-def split_multipart_model(body: bytes, boundary: str) -> tuple[str | None, bytes]:
-    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form)."""
+def split_multipart_model(body: bytes | bytearray, boundary: str) -> tuple[str | None, bytes | bytearray]:
+    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form).
+
+    The part is found in place and the rest is made in one copy (an audio upload
+    may be tens of MB); a body without a model part is returned as it is."""
     delim = b"--" + boundary.encode()
-    segments = body.split(delim)
-    kept, model = [segments[0]], None
-    for seg in segments[1:]:
-        head, sep, content = seg.partition(b"\r\n\r\n")
-        if model is None and sep and not seg.startswith(b"--") and _MODEL_PART.search(head):
-            model = content.removesuffix(b"\r\n").decode(errors="replace").strip()
-            continue
-        kept.append(seg)
-    return model, delim.join(kept)
+    pos = body.find(delim)
+    while pos != -1:
+        start = pos + len(delim)
+        nxt = body.find(delim, start)
+        if nxt == -1 or body.startswith(b"--", start):
+            break  # the closing delimiter, or no part after it
+        head_end = body.find(b"\r\n\r\n", start, nxt)
+        if head_end != -1 and _MODEL_PART.search(body, start, head_end):
+            model = bytes(body[head_end + 4:nxt]).removesuffix(b"\r\n").decode(errors="replace").strip()
+            view = memoryview(body)
+            return model, b"".join((view[:pos], view[nxt:]))
+        pos = nxt
+    return None, body
 
 
 class ProxyHandler:
     def __init__(
         self, resolver: Resolver, tracker: EndpointTracker, metrics: ProxyMetrics, scaler: ScaleFromZero | None,
-        *, default_timeout: float | None = None,
+        *, default_timeout: float | None = None, limits: ProxyLimits | None = None,
     ) -> None:
         self.resolver, self.tracker, self.metrics, self.scaler = resolver, tracker, metrics, scaler
-        self.default_timeout = default_timeout
+        self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
+        self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
-        # No overall limit (generations are long; the Model's timeout bounds them), but a server
+        # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
-        self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0)
+        self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0, buffer_limit=UPSTREAM_BUFFER,
+                         max_head_bytes=limits.max_upstream_head_bytes)
 
     async def start(self) -> None:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
@@ -105,7 +123,7 @@ class ProxyHandler:
         return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
 
     # -------------------------------------------------------------- proxy
-    def _read(self, request: Request, route: str, path_model: str | None) -> tuple[str, bytes, Any]:
+    def _read(self, request: Request, route: str, path_model: str | None) -> tuple[str, bytes | bytearray, Any]:
         """(requested model name, body to forward, parsed JSON body or None)."""
         body = request.body
         raw_ctype = request.header(b"content-type")
@@ -116,6 +134,7 @@ class ProxyHandler:
             if not boundary:
                 raise ProxyError(400, "bad request: multipart body without a boundary")
             model, body = split_multipart_model(body, boundary)
+            request.body = b""  # only the form as forwarded is kept
             if not model and not path_model:
                 raise ProxyError(400, "bad request: missing 'model' form field")
             return model or path_model or "", body, None
@@ -146,10 +165,19 @@ class ProxyHandler:
             target = self.resolver.resolve(requested, _selectors(request), namespace)
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
+        key = ""
+        st = self._state(target)
+        if st.prefix is not None:  # PrefixHash: the prompt's prefix, taken before the parsed body goes
+            key = target.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
         if parsed is not None and parsed.get("model") != target.forward_name:
             parsed["model"] = target.forward_name
-            body = orjson.dumps(parsed)
-        return await self._serve(request, route, target, body, parsed, t0)
+            request.body = body = b""  # the one copy the rewrite needs replaces the body as received
+            try:
+                body = orjson.dumps(parsed)
+            except orjson.JSONEncodeError:
+                return error_response(400, "bad request: the body cannot be encoded again (nested too deeply?)")
+        del parsed  # only the body to send is kept while the request is forwarded
+        return await self._serve(request, route, target, body, key, t0)
 
     def _state(self, t: Target) -> ModelState:
         """What a request needs of its Model, derived once per Model version."""
@@ -159,17 +187,18 @@ class ProxyHandler:
             st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
         return st
 
-    async def _serve(self, request: Request, route: str, t: Target, body: bytes, parsed: Any, t0: float) -> Response | Streamed:
+    async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray, key: str, t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
-        ex = Exchange(self, self.tracker.group(st.key), t)
+        ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
+        ex.key = key
         code = "000"
         try:
             if st.timeout is None:  # no deadline: no timer either
-                resp = await self._attempt(request, route, t, st, ex, body, parsed)
+                resp = await self._attempt(request, route, t, ex, body)
             else:
                 async with asyncio.timeout(st.timeout):
-                    resp = await self._attempt(request, route, t, st, ex, body, parsed)
+                    resp = await self._attempt(request, route, t, ex, body)
             code = str(resp.status)
             return resp
         except TimeoutError:
@@ -187,13 +216,11 @@ class ProxyHandler:
                 self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _attempt(
-        self, request: Request, route: str, t: Target, st: ModelState, ex: Exchange, body: bytes, parsed: Any,
+        self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray,
     ) -> Response | Streamed:
         try:
             if self.scaler is not None:
                 await self.scaler.ensure_running(t)
-            if st.prefix is not None:
-                ex.key = t.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
                 request, self.pool, path, body, request_headers(request.headers), ex.acquire, ex.group.release, ex.retry, ex.sent,
@@ -204,7 +231,9 @@ class ProxyHandler:
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
 
-    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint:
+    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None) -> Endpoint:
+        """An endpoint for ``t``; waits for one at most ``wait_limit`` (TimeoutError; no timer when one is free)."""
+        deadline = None
         while True:
             changed = group.changed()
             prefix = self._state(t).prefix  # the strategy is read at request time
@@ -219,7 +248,10 @@ class ProxyHandler:
                 ep = group.choose_least(t.adapter, skip)
             if ep is not None:
                 return group.acquire(ep)
-            await changed.wait()
+            if deadline is None and wait_limit is not None:
+                deadline = asyncio.get_running_loop().time() + wait_limit
+            async with asyncio.timeout_at(deadline):
+                await changed.wait()
             t = self._refresh(t)
 
     def _refresh(self, t: Target) -> Target:

@@ -20,7 +20,8 @@ from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.http1server import Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler
+from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, internal_error
+from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.resolve import Resolver
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
@@ -78,7 +79,10 @@ class ProxyServer:
         # a client that disconnects cancels its request's task, which cancels the upstream
         # request and frees the endpoint slot; on shutdown, requests in flight get
         # drain_timeout to finish, then are cut
-        server = Server(route(self.handler), max_body_bytes=256 * 1024**2)
+        lim = self.handler.limits
+        server = Server(route(self.handler), max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
+                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory, budget_wait=lim.body_memory_wait,
+                        error_response=internal_error)
         try:
             self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})
@@ -89,7 +93,10 @@ class ProxyServer:
             await self.handler.close()
 
 
-def setup_proxy(mgr: Manager, bind: str, *, default_timeout: float | None = None, scale_from_zero: bool = True) -> ProxyServer | None:
+def setup_proxy(
+    mgr: Manager, bind: str, *, default_timeout: float | None = None, scale_from_zero: bool = True, limits: ProxyLimits | None = None,
+) -> ProxyServer | None:
+    """The proxy on ``bind``; ``limits`` (default: :class:`ProxyLimits` with ``default_timeout``) bound its requests."""
     addr = parse_bind(bind)
     if addr is None:
         return None
@@ -98,5 +105,5 @@ def setup_proxy(mgr: Manager, bind: str, *, default_timeout: float | None = None
     resolver = Resolver(mgr.cache.informer(MODELS))
     metrics = ProxyMetrics(mgr.metrics.registry)
     scaler = ScaleFromZero(mgr.client) if scale_from_zero else None
-    server = ProxyServer(ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout), addr)
+    server = ProxyServer(ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits), addr)
     return server

@@ -1,0 +1,40 @@
+"""The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``).
+
+``body_memory`` bounds the request bodies of all connections together (the
+operator's container has 2 GiB). Per connection the bounds are: request heads of at most
+``max_head_bytes``; the body being answered, of at most ``max_body_bytes``
+(held once; the ``model`` rewrite replaces it with one re-encoded copy, the
+parsed form living only while that copy is made); the next pipelined
+request's body and one read beyond it; and of the upstream answer, its head
+(``max_upstream_head_bytes``) and about ``UPSTREAM_BUFFER`` of body (reading
+from the model server pauses while the client is slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: what one upstream connection buffers of an answer before reading from the model server pauses
+UPSTREAM_BUFFER = 256 << 10
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    #: from a request's first byte to the end of its head (408 after)
+    head_timeout: float = 30.0
+    #: the longest pause between a request's body bytes (408 after)
+    body_idle_timeout: float = 30.0
+    #: a request head's size (431)
+    max_head_bytes: int = 64 << 10
+    #: a request body's size (413, sent before the body is read): OpenAI's audio uploads go to 25 MB, plus the form
+    max_body_bytes: int = 32 << 20
+    #: request bodies held at once across all connections; a request waits (reading paused) until its body
+    #: fits, and gets 503 after body_memory_wait of waiting
+    body_memory: int = 512 << 20
+    body_memory_wait: float = 120.0
+    #: an upstream answer's head (502 when a model server breaks it)
+    max_upstream_head_bytes: int = 64 << 10
+    #: how long a request waits for a Ready endpoint of its Model (504): long enough for a scale-from-zero
+    endpoint_wait: float = 600.0
+    #: the overall deadline of a request, streaming included, unless the Model's annotation sets one (504); None: none
+    request_timeout: float | None = 1800.0

@@ -75,9 +75,9 @@ def test_readme_render_command():
     ("example", "kinds", "gpus"),
     [
         ("batch-eval-job.yaml", ["Job"], 8),
-        ("ray-finetune-job.yaml", ["PersistentVolumeClaim", "PersistentVolumeClaim", "Job", "RayJob"], 16),
-        ("ray-serve-service.yaml", ["PersistentVolumeClaim", "Job", "AppWrapper"], 4),
-        ("web-service.yaml", ["Deployment", "Service"], 1),
+        ("ray-finetune-job.yaml", ["PersistentVolumeClaim", "PersistentVolumeClaim", "ConfigMap", "Job", "RayJob"], 16),
+        ("ray-serve-service.yaml", ["PersistentVolumeClaim", "ConfigMap", "Job", "AppWrapper"], 4),
+        ("web-service.yaml", ["Deployment"], 1),
     ],
 )
 def test_upstream_style_examples_render_on_the_sample_nodes(capsys, example, kinds, gpus):

@@ -13,6 +13,8 @@ finalizer by hand. Upstream Kaiwo's chainsaw suite does exactly this.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from e2e.conftest import get, wait_for
@@ -56,12 +58,14 @@ def test_deleted_queue_config_is_recreated_and_converges(operator, admin, kubect
     qc = wait_for(lambda: converged(admin, None), 120, "a READY queue config to start from")
     for round_ in range(ROUNDS):
         old_uid = qc["metadata"]["uid"]
+        t0 = time.monotonic()
         kubectl("delete", "kaiwoqueueconfig", "kaiwo", "--wait=false")
         try:
             qc = wait_for(lambda old_uid=old_uid: converged(admin, old_uid), 120,
                           f"round {round_}: the re-created queue config READY on live flavors and Topology")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{describe(admin)}") from None
+        print(f"round {round_}: re-created and READY {time.monotonic() - t0:.1f}s after the delete")
         names = [f["name"] for f in qc["spec"].get("resourceFlavors") or []]
         assert names, qc["spec"]
         assert any(f.get("topologyName") == "default-topology" for f in qc["spec"]["resourceFlavors"]), qc["spec"]

@@ -203,21 +203,30 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
+    """Exit 2 with one line naming the file, or the object and field, on bad input."""
     import yaml
 
     from kaiwo_ctrl.workloads.render import render
 
-    docs = [d for d in yaml.safe_load_all(args.file.read_text()) if d]
-    nodes = None
-    if args.nodes:
-        nodes = []
-        for d in yaml.safe_load_all(args.nodes.read_text()):
-            if d and d.get("kind") == "List":
-                nodes += d.get("items", [])
-            elif d:
-                nodes.append(d)
-    config = yaml.safe_load(args.config.read_text()) if args.config else None
-    out = render(docs, nodes=nodes, config=config)
+    try:
+        docs = [d for d in yaml.safe_load_all(args.file.read_text()) if d]
+        nodes = None
+        if args.nodes:
+            nodes = []
+            for d in yaml.safe_load_all(args.nodes.read_text()):
+                if isinstance(d, dict) and d.get("kind") == "List":
+                    nodes += d.get("items", [])
+                elif isinstance(d, dict):
+                    nodes.append(d)
+        config = yaml.safe_load(args.config.read_text()) if args.config else None
+    except (OSError, yaml.YAMLError) as e:
+        print(f"render: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = render(docs, nodes=nodes, config=config)
+    except ValueError as e:  # RenderError names the object and field; a bad --config fails its schema
+        print(f"render: {e}", file=sys.stderr)
+        return 2
     if any(isinstance(d, dict) and d.get("kind") == "Model" for d in docs):
         from kaiwo_ctrl.serving.config import ConfigError, load_config
         from kaiwo_ctrl.serving.render import RenderError, render as render_models

@@ -16,6 +16,11 @@ trigger the next sync).
 
 An object already being deleted is neither deleted again nor updated; a desired
 object whose namesake is still terminating is reported as *blocked* until it is gone.
+So is a desired object that would newly *name* a terminating object (a
+ResourceFlavor naming a Topology, a ClusterQueue listing a ResourceFlavor): the
+new reference would keep Kueue's finalizer on the terminating object for ever
+(the queue config deleted and re-created while garbage collection still deletes
+its old Topology), so it is written once the old object is gone.
 
 Deletes are limited to objects carrying both ``app.kubernetes.io/managed-by:
 kaiwo-ctrl`` and ``kaiwo.silogen.ai/queue-config: <name>`` that are no longer
@@ -109,22 +114,39 @@ class Plan:
 _USERS_NAMED = 3
 
 
+def _references(obj: Mapping[str, Any] | None) -> list[Key]:
+    """The objects ``obj`` uses that Kueue guards with its ``resource-in-use``
+    finalizer: a ClusterQueue's flavors, a ResourceFlavor's Topology."""
+    if obj is None:
+        return []
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind == CLUSTER_QUEUE:
+        flavors = {f.get("name") for g in spec.get("resourceGroups") or [] for f in g.get("flavors") or []}
+        return [(RESOURCE_FLAVOR, None, f) for f in sorted(f for f in flavors if isinstance(f, str) and f)]
+    if kind == RESOURCE_FLAVOR and isinstance(spec.get("topologyName"), str) and spec["topologyName"]:
+        return [(TOPOLOGY, None, spec["topologyName"])]
+    return []
+
+
 def _users(have: Mapping[Key, Mapping[str, Any]]) -> dict[Key, list[str]]:
-    """Objects in the cluster that use another one Kueue guards with its
-    ``resource-in-use`` finalizer: ResourceFlavor key -> ClusterQueues listing it,
-    Topology key -> ResourceFlavors naming it. Objects being deleted use nothing."""
+    """Used object key -> the objects in the cluster using it (see :func:`_references`).
+    Objects being deleted use nothing."""
     users: dict[Key, list[str]] = {}
     for (kind, _, name), obj in sorted(have.items()):
-        if _deleting(obj):
-            continue
-        spec = obj.get("spec") or {}
-        if kind == CLUSTER_QUEUE:
-            flavors = {f.get("name") for g in spec.get("resourceGroups") or [] for f in g.get("flavors") or []}
-            for flavor in sorted(f for f in flavors if f):
-                users.setdefault((RESOURCE_FLAVOR, None, flavor), []).append(f"ClusterQueue {name}")
-        elif kind == RESOURCE_FLAVOR and spec.get("topologyName"):
-            users.setdefault((TOPOLOGY, None, spec["topologyName"]), []).append(f"ResourceFlavor {name}")
+        if not _deleting(obj):
+            for ref in _references({"kind": kind, **obj}):
+                users.setdefault(ref, []).append(f"{kind} {name}")
     return users
+
+
+def _new_terminating_reference(want: Mapping[str, Any], current: Mapping[str, Any] | None,
+                               have: Mapping[Key, Mapping[str, Any]]) -> Key | None:
+    """A terminating object ``want`` names and ``current`` does not name yet."""
+    already = set(_references(current))
+    for ref in _references(want):
+        if ref not in already and ref in have and _deleting(have[ref]):
+            return ref
+    return None
 
 
 def _in_use_reason(immutable: str, users: list[str]) -> str:
@@ -204,8 +226,15 @@ def plan_sync(
     for want in sorted(desired, key=lambda o: _order(object_key(o))):
         key = object_key(want)
         desired_keys.add(key)
-        if not _held(key, hold):
-            _plan_desired(plan, key, want, have.get(key), users.get(key), queue_config_name)
+        if _held(key, hold):
+            continue
+        current = have.get(key)
+        ref = None if current is not None and _deleting(current) else _new_terminating_reference(want, current, have)
+        if ref is not None:
+            plan.blocked.append(copy.deepcopy(dict(want)))
+            plan.reasons[key] = f"waiting for {key_str(ref)} to finish deleting"
+            continue
+        _plan_desired(plan, key, want, current, users.get(key), queue_config_name)
     for key in sorted(have, key=lambda k: _order(k, reverse=True)):
         obj = have[key]
         if (

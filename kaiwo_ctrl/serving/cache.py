@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.events import ComponentRecorder
 from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.ownership import controller_of, set_controller_reference
 from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
 
 from .config import ConfigSource, SystemConfig
@@ -202,7 +202,10 @@ class CacheManager:
         except ValueError:
             loaded = False
         job_name = loader_job_name(name)
-        job = self.rec.jobs.get(job_name, ns)
+        job, stale = self._job_for(model, job_name)
+        if not loaded and stale:
+            await self._delete_job(job)
+            return False, ""
         if not loaded:
             state = await self._drive_loader(model, config, ns_config, job)
             if state is not None:
@@ -245,31 +248,79 @@ class CacheManager:
         conds = (model.get("status") or {}).get("conditions") or ()
         return any(c.get("type") == "CacheLoaded" and c.get("message") == message[:1024] for c in conds)
 
+    def _job_for(self, model: dict[str, Any], job_name: str) -> tuple[dict[str, Any] | None, bool]:
+        """(the Job of that name, whether it belongs to an earlier Model of the same
+        name). An earlier Model's Job says nothing about this one's files: it is
+        removed and this Model's own Job made once it is gone (its delete event
+        brings the Model back)."""
+        meta = model["metadata"]
+        job = self.rec.jobs.get(job_name, meta.get("namespace"))
+        if job is None:
+            return None, False
+        ref = controller_of(job) or {}
+        return job, ref.get("kind") == "Model" and ref.get("uid") != meta.get("uid")
+
+    async def _delete_job(self, job: dict[str, Any] | None) -> None:
+        """Delete a Job the cache shows, unless it is going already."""
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            await self.rec.client.delete(JOBS, job["metadata"]["name"], job["metadata"].get("namespace"), propagation="Background")
+        except ApiError as e:
+            if not e.not_found:
+                raise
+
+    async def _delete_jobs(self, model: dict[str, Any]) -> None:
+        meta = model["metadata"]
+        for job_name in (loader_job_name(meta["name"]), evict_job_name(meta["name"])):
+            await self._delete_job(self.rec.jobs.get(job_name, meta.get("namespace")))
+
+    async def _evicted(self, model: dict[str, Any], profile: str | None) -> bool:
+        """Drive the eviction Job: True once this Model's files are gone from the
+        shared PVC (or there is no PVC to clean), its annotation removed."""
+        meta = model["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
+        pvc = self.rec.pvcs.get(pvc_name(profile), ns) if profile else None
+        if pvc is None or pvc["metadata"].get("deletionTimestamp") or profile not in self.rec.source.current.cache_profiles:
+            return True
+        job, stale = self._job_for(model, evict_job_name(name))
+        if stale:
+            await self._delete_job(job)
+            return False
+        if job is None:
+            try:
+                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current, self.rec.namespace_config(ns)))
+            except ApiError as e:  # the cache is behind our own create: its event brings us back
+                if not e.already_exists:
+                    raise
+            return False
+        if not job_complete(job):
+            return False
+        key = PVC_ANNOTATION_PREFIX + name
+        if key in (pvc["metadata"].get("annotations") or {}):
+            await self.rec.client.patch(PVCS, pvc_name(profile), {"metadata": {"annotations": {key: None}}}, ns)
+        return True
+
     async def finalize(self, model: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """A deleted Model: its Pods deleted, its files evicted, then the finalizer
+        released and only then its Jobs deleted.
+
+        The order makes every step safe to repeat: a retry (the finalizer patch
+        lost a conflict, say) still finds the completed eviction Job and goes on,
+        where deleting the Job first had a retry make and run a second eviction
+        Job. The Jobs are deleted on the pass that sees the eviction complete,
+        not left to ``ttlSecondsAfterFinished``; a pass that finds the finalizer
+        already released deletes any left over."""
         meta = model["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
         for p in pods:
             if not p["metadata"].get("deletionTimestamp"):
                 await self.rec.client.delete(PODS, p["metadata"]["name"], ns)
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return None
-        profile = (model.get("spec") or {}).get("cacheProfile")
-        pvc = self.rec.pvcs.get(pvc_name(profile), ns) if profile else None
-        if pvc is not None and not pvc["metadata"].get("deletionTimestamp") and profile in self.rec.source.current.cache_profiles:
-            job = self.rec.jobs.get(evict_job_name(name), ns)
-            if job is None:
-                await self.rec.client.create(JOBS, evict_job(model, self.rec.source.current, self.rec.namespace_config(ns)))
+        if FINALIZER in (meta.get("finalizers") or []):
+            if not await self._evicted(model, (model.get("spec") or {}).get("cacheProfile")):
                 return None
-            if not job_complete(job):
-                return None
-            key = PVC_ANNOTATION_PREFIX + name
-            if key in (pvc["metadata"].get("annotations") or {}):
-                await self.rec.client.patch(PVCS, pvc_name(profile), {"metadata": {"annotations": {key: None}}}, ns)
-        for job_name in (loader_job_name(name), evict_job_name(name)):
-            job = self.rec.jobs.get(job_name, ns)
-            if job is not None and not job["metadata"].get("deletionTimestamp"):
-                await self.rec.client.delete(JOBS, job_name, ns, propagation="Background")
-        fins = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": fins or None}}
-        await self.rec.client.patch(MODELS, name, patch, ns)
+            fins = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+            patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": fins or None}}
+            await self.rec.client.patch(MODELS, name, patch, ns)
+        await self._delete_jobs(model)
         return None

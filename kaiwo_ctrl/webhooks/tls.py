@@ -236,6 +236,7 @@ class CertManager:
         self.opts = opts
         self.on_change = on_change
         self.writes = 0
+        self.missing_namespace_delay = 0.0  # seconds; grows while the namespace is missing
 
     async def ensure(self, now: dt.datetime | None = None) -> dt.datetime:
         """One pass; returns when the next pass is due."""
@@ -243,7 +244,13 @@ class CertManager:
         secret = await self.client.get_or_none(SECRETS, self.opts.secret_name, self.opts.namespace)
         plan = plan_secret(Material.from_secret(secret), self.opts, now)
         if plan.data is not None:
-            secret = await self._write(secret, plan)
+            try:
+                secret = await self._write(secret, plan)
+            except ApiError as e:
+                if secret is not None or not e.not_found:
+                    raise
+                return self._namespace_missing(now)
+            self.missing_namespace_delay = 0.0
             self.writes += 1
             log.info("webhook certificate secret written", extra={"reason": plan.reason, "secret": self.opts.secret_name})
             again = plan_secret(Material.from_secret(secret), self.opts, now)
@@ -252,6 +259,18 @@ class CertManager:
         if hasattr(result, "__await__"):
             await result
         return plan.next_check or now + dt.timedelta(hours=1)
+
+    def _namespace_missing(self, now: dt.datetime) -> dt.datetime:
+        """Creating the Secret found no namespace (e.g. run out of cluster): one
+        line naming it and the flag, no traceback, and the next try backs off."""
+        delay = self.missing_namespace_delay = min(max(self.missing_namespace_delay * 2, 5.0), 300.0)
+        ns = self.opts.namespace
+        log.error(
+            f"webhook certificate Secret {self.opts.secret_name!r} not written: the namespace {ns!r} does not exist; "
+            f"create it (kubectl create namespace {ns}) or choose an existing one with --leader-election-namespace "
+            f"(env POD_NAMESPACE); retrying in {delay:g}s"
+        )
+        return now + dt.timedelta(seconds=delay)
 
     async def _write(self, secret: Mapping[str, Any] | None, plan: Plan) -> dict:
         meta: dict[str, Any] = {

@@ -54,5 +54,7 @@ def build_appwrapper(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: Stor
         "apiVersion": APPWRAPPER_API_VERSION,
         "kind": "AppWrapper",
         "metadata": obj.child_metadata(labels),
-        "spec": {"components": [{"declaredPodSets": pod_sets, "template": ray_service}]},
+        # The AppWrapper API's JSON name is ``podSets`` (Go field DeclaredPodSets);
+        # any other key is pruned by the API server and Kueue then sees no pod set.
+        "spec": {"components": [{"podSets": pod_sets, "template": ray_service}]},
     }

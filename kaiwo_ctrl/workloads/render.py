@@ -7,6 +7,8 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kaiwo_ctrl.queues.nodepools import desired_node_labels, discover, exclude_control_plane_setting
+
 from .desired import desired_children
 from .kaiwoobject import KINDS, RENDER_UID
 from .validation import SpecError
@@ -18,6 +20,20 @@ class RenderError(ValueError):
         super().__init__(f"{name}: {error}")
         self.name = name
         self.error = error
+
+
+def as_discovered(nodes: Iterable[Mapping[str, Any]], config: Mapping[str, Any] | None) -> list[dict]:
+    """Offline Nodes labelled as the operator's node-pool discovery labels them in
+    a cluster (``kaiwo/nodepool``, ...), where a label is missing: a nodes file
+    describes the hardware, and the GPU maths reads the pool labels. A label the
+    file sets is kept."""
+    out = [copy.deepcopy(dict(n)) for n in nodes if isinstance(n, Mapping)]
+    by_name = {(n.get("metadata") or {}).get("name", ""): n for n in out}
+    for pool in discover(out, exclude_control_plane_setting(config)):
+        for name in pool.nodes:
+            meta = by_name[name].setdefault("metadata", {})
+            meta["labels"] = {**desired_node_labels(pool), **(meta.get("labels") or {})}
+    return out
 
 
 def render(
@@ -33,11 +49,12 @@ def render(
     skipped), as if downloads had succeeded. Objects without a UID get a fixed
     fake one; without a namespace, ``default``. ``nodes`` ``None`` means the
     cluster is unknown: GPU capacity is not checked and GPUs are not split
-    across replicas. Raises :class:`RenderError` naming the object and field of
+    across replicas; given Nodes count as described (see :func:`as_discovered`).
+    Raises :class:`RenderError` naming the object and field of
     the first invalid spec."""
     world = World.from_dicts(
         config=config,
-        nodes=nodes,
+        nodes=None if nodes is None else as_discovered(nodes, config),
         queue_config=queue_config,
         workload_priority_classes=workload_priority_classes,
         priority_classes=priority_classes,

@@ -95,6 +95,8 @@ async def test_cache_lifecycle_with_eviction_and_finalizer(serving_op, admin, na
     await eventually(lambda: get_or_none(admin, models_url(namespace, "cached")) is None, what="Model gone")
     pvc = admin.get(pvc_url).json()
     assert "models.kubeai.org/cached" not in (pvc["metadata"].get("annotations") or {})
+    # deleted by the operator on completion: no garbage collector or TTL controller runs here
+    await eventually(lambda: get_or_none(admin, f"{jobs}/evict-cache-cached") is None, what="evict Job deleted")
 
 
 async def test_missing_cache_profile_is_a_condition(serving_op, admin, namespace):

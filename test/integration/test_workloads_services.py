@@ -160,6 +160,11 @@ async def test_ray_service_in_an_appwrapper(operator, admin, namespace):
     assert aw["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
     assert aw["metadata"]["ownerReferences"][0]["kind"] == "KaiwoService"
     (component,) = aw["spec"]["components"]
+    # read back as the API server stored it: a key the CRD does not define is pruned
+    assert component["podSets"] == [
+        {"replicas": 1, "path": "template.spec.rayClusterConfig.headGroupSpec.template"},
+        {"replicas": 1, "path": "template.spec.rayClusterConfig.workerGroupSpecs[0].template"},
+    ], component
     template = component["template"]
     assert template["kind"] == "RayService" and template["spec"]["serveConfigV2"] == serve
     await wait_status(admin, "KaiwoService", namespace, "raysvc", "PENDING")

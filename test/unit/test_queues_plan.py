@@ -304,6 +304,41 @@ def test_terminating_objects_block_instead_of_being_rewritten():
     assert plan.out_of_sync() == ["ResourceFlavor f: waiting for the old object to finish deleting"]
 
 
+def test_no_new_reference_to_a_terminating_object():
+    """The queue config was deleted and re-created while garbage collection still
+    deletes the old Topology (Kueue's resource-in-use finalizer holds it until no
+    ResourceFlavor names it). The old flavors are gone already: creating new ones
+    that name the terminating Topology would keep it alive for ever, so they wait,
+    and so does a ClusterQueue listing a terminating flavor."""
+    state = desired()
+    stored = as_stored(state.objects)
+    topo = next(o for o in stored if o["kind"] == "Topology")
+    topo["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = plan_sync(state.objects, [topo], state.hold)
+    created = {object_key(o) for o in plan.creates}
+    assert ("ResourceFlavor", None, "f") not in created, plan.describe()
+    assert ("ResourceFlavor", None, "f") in {object_key(o) for o in plan.blocked}
+    assert "ResourceFlavor f: waiting for Topology default-topology to finish deleting" in "\n".join(plan.out_of_sync())
+    assert ("ClusterQueue", None, "q") in created  # its flavor does not exist: nothing terminating is named
+    assert ("WorkloadPriorityClass", None, "high") in created
+
+    flavor = next(o for o in stored if o["kind"] == "ResourceFlavor")
+    flavor["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    plan = plan_sync(state.objects, [topo, flavor], state.hold)
+    assert ("ClusterQueue", None, "q") not in {object_key(o) for o in plan.creates}, plan.describe()
+    assert "ClusterQueue q: waiting for ResourceFlavor f to finish deleting" in plan.out_of_sync()
+
+    # a ClusterQueue that already lists the terminating flavor adds no reference: updated as usual
+    cq = next(o for o in stored if o["kind"] == "ClusterQueue")
+    cq["spec"]["cohortName"] = "other"
+    plan = plan_sync(state.objects, [topo, flavor, cq], state.hold)
+    assert ("ClusterQueue", None, "q") in {object_key(o) for o in plan.updates}, plan.describe()
+
+    # once the Topology is gone the flavor is created
+    plan = plan_sync(state.objects, [], state.hold)
+    assert ("ResourceFlavor", None, "f") in {object_key(o) for o in plan.creates}
+
+
 def test_entry_metadata_labels_and_annotations_are_kept_and_synced():
     spec = copy.deepcopy(SPEC)
     spec["workloadPriorityClasses"][0]["metadata"] = {

@@ -209,7 +209,7 @@ def test_ray_service_in_appwrapper():
     assert aw["metadata"]["labels"] == {**SYS_SVC, "kueue.x-k8s.io/queue-name": "kaiwo", "kueue.x-k8s.io/priority-class": "p"}
     assert aw["metadata"]["ownerReferences"] == [OWNER_SVC]
     (comp,) = aw["spec"]["components"]
-    assert comp["declaredPodSets"] == [
+    assert comp["podSets"] == [
         {"replicas": 1, "path": "template.spec.rayClusterConfig.headGroupSpec.template"},
         {"replicas": 2, "path": "template.spec.rayClusterConfig.workerGroupSpecs[0].template"},
     ]
@@ -229,7 +229,7 @@ def test_ray_service_user_spec_serve_config_kept_when_not_overridden():
     (aw,) = desired_children(ksvc(rayService=user), WORLD)
     rs = aw["spec"]["components"][0]["template"]
     assert rs["spec"]["serveConfigV2"] == "old"
-    assert aw["spec"]["components"][0]["declaredPodSets"] == [
+    assert aw["spec"]["components"][0]["podSets"] == [
         {"replicas": 1, "path": "template.spec.rayClusterConfig.headGroupSpec.template"}]
 
 

@@ -133,7 +133,7 @@ def test_appwrapper_declares_every_ray_group():
                                               {"groupName": "a", "template": {"spec": {"containers": [{"name": "w"}]}}},
                                               {"groupName": "b", "template": {"spec": {"containers": [{"name": "w"}]}}}]}}}
     aw = main_workload(ksvc(rayService=user, replicas=3), WORLD)
-    assert aw["spec"]["components"][0]["declaredPodSets"] == [
+    assert aw["spec"]["components"][0]["podSets"] == [
         {"replicas": 1, "path": "template.spec.rayClusterConfig.headGroupSpec.template"},
         {"replicas": 3, "path": "template.spec.rayClusterConfig.workerGroupSpecs[0].template"},
         {"replicas": 3, "path": "template.spec.rayClusterConfig.workerGroupSpecs[1].template"},

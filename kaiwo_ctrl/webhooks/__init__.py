@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.kinds import KAIWOJOBS, LOCALQUEUES
+from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOJOBS, KAIWOQUEUECONFIGS, LOCALQUEUES
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.resources import JOBS, SECRETS
@@ -124,7 +124,7 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
     server = WebhookServer(opts.host, opts.port, cert, WebhookMetrics(mgr.metrics.registry))
     jobs = JobWebhooks(
         mgr.client, view.settings, mgr.cache.informer(KAIWOJOBS), mgr.cache.informer(LOCALQUEUES),
-        mgr.cache.informer(JOBS), opts.enforce,
+        mgr.cache.informer(JOBS), mgr.cache.informer(KAIWOQUEUECONFIGS), mgr.cache.informer(CLUSTERQUEUES), opts.enforce,
     )
     server.register(JOB_MUTATE_PATH, jobs.mutate)
     server.register(JOB_VALIDATE_PATH, jobs.validate)

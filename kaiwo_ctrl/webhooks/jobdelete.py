@@ -43,19 +43,25 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-async def release_finalizer(client: Client, job: Mapping[str, Any]) -> None:
-    """Remove our finalizer from ``job`` (as read from the API server).
-
-    One JSON patch tests the UID and the finalizer's position, so it can
-    never touch another object of the same name, nor a Job changed since.
-    """
+def finalizer_release_ops(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch that removes our finalizer from ``job``: it tests the UID
+    and the finalizer's position, so it can never touch another object of the
+    same name, nor a Job changed since (empty: no finalizer of ours)."""
     meta = _meta(job)
     finalizers = list(meta.get("finalizers") or [])
     if FINALIZER not in finalizers:
-        return
+        return []
     path = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
-    ops = [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-           {"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+    return [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+            {"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+
+
+async def release_finalizer(client: Client, job: Mapping[str, Any]) -> None:
+    """Remove our finalizer from ``job`` (as read from the API server)."""
+    meta = _meta(job)
+    ops = finalizer_release_ops(job)
+    if not ops:
+        return
     try:
         await client.patch(JOBS, meta["name"], ops, meta.get("namespace"), patch_type="json")
     except ApiError as e:

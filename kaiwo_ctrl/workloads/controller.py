@@ -173,7 +173,7 @@ def setup(
             spec.controller_name, rec, workers=workers, tracer=tracer, rate_limiter=rate_limiter() if rate_limiter else None
         )
         ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), _NotOurStatusWrite(shared, kind)])
-        shared.own[kind].add_handler(UndecodableReporter(mgr, spec.resource))  # too deep to cache: ERROR naming the field
+        shared.own[kind].add_handler(UndecodableReporter(mgr, kind))  # too deep to cache: ERROR naming the field
         _watch_children(ctl, spec, shared)
         ctl.watches(shared.workloads, _workload_owner(spec, shared), predicates=[_ConditionsChanged()])
         for other in specs:

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
 from kaiwo_ctrl.runtime.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager import Manager
 
 from .childstatus import ERROR
 from .condtypes import SPEC_VALID
+from .kinds import OWN_RESOURCES
 
 log = logging.getLogger("kaiwo_ctrl.workloads.undecodable")
 
@@ -50,12 +51,12 @@ def error_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None:
 class UndecodableReporter:
     """Informer handler (``on_undecodable``) plus a leader runnable that writes."""
 
-    def __init__(self, mgr: Manager, resource: Resource) -> None:
+    def __init__(self, mgr: Manager, kind: str) -> None:
         self.client: Client = mgr.client
-        self.resource = resource
+        self.kind = kind
         self.pending: dict[tuple[str, str], tuple[dict, str]] = {}
         self.wake = asyncio.Event()
-        mgr.add_leader_runnable(f"undecodable-{resource.plural}", self.run)
+        mgr.add_leader_runnable(f"undecodable-{kind}", self.run)
 
     def on_undecodable(self, stub: dict, path: str) -> None:
         meta = stub.get("metadata") or {}
@@ -86,7 +87,7 @@ class UndecodableReporter:
         rv = (stub.get("metadata") or {}).get("resourceVersion")
         patch = {"metadata": {"resourceVersion": rv}, "status": status}
         try:
-            await self.client.patch_status(self.resource, name, patch, ns, decode=False)
+            await self.client.patch_status(OWN_RESOURCES[self.kind], name, patch, ns, decode=False)
             log.info("too deeply nested workload reported", extra={"namespace": ns, "object": name, "field": path})
         except ApiError as e:  # changed since (its next version comes again) or gone
             log.info("status of a too deeply nested workload not written", extra={"namespace": ns, "object": name, "error": str(e)})

@@ -249,3 +249,38 @@ async def test_operator_may_write_only_model_pods(policies, admin, namespace):
     assert admin.post(pods, json=_pod("users")).status_code == 201
     assert _refused(admin.patch(f"{pods}/users", json={"metadata": {"labels": {"x": "y"}}}, headers=merge))
     assert _refused(admin.delete(f"{pods}/users", headers=op))
+
+
+def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy", **rule) -> dict:
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, **({"ownerReferences": [owner]} if owner else {})},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": "gateways"}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                                "backendRefs": [{"name": backend, "namespace": "kaiwo-system", "port": 80}], **rule}]}}
+
+
+async def test_operator_routes_reach_only_their_own_namespace(policies, admin, namespace):
+    """What aim/routes.py writes passes; a route in this namespace aimed at another
+    namespace's Models, rewritten, sent elsewhere or not owned by a Model is refused."""
+    from kaiwo_ctrl.aim.routes import desired_route
+
+    await _wait_active(admin, namespace)
+    routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)
+    model = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m", "namespace": namespace, "uid": MODEL_OWNER["uid"]}}
+    config = {"metadata": {"name": "aim", "namespace": namespace}, "spec": {"gateway": {"name": "gw", "namespace": "gateways"}}}
+    ours = desired_route(model, config, "kaiwo-system")
+    r = admin.post(routes, json=ours, headers=op)
+    assert r.status_code == 201, r.text
+    rewrite = {"filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/other/m"}}}]}
+    hostile = {
+        "other namespace": _route(namespace, "r1", "/other-tenant/m"),
+        "prefix of another name": _route(namespace, "r2", f"/{namespace}x/m"),
+        "everything": _route(namespace, "r3", "/"),
+        "rewritten": _route(namespace, "r4", f"/{namespace}/m", **rewrite),
+        "another backend": _route(namespace, "r5", f"/{namespace}/m", backend="kubernetes"),
+        "not owned": _route(namespace, "r6", f"/{namespace}/m", owner=None),
+        "owned by a KaiwoJob": _route(namespace, "r7", f"/{namespace}/m", owner=OWNER),
+    }
+    for label, route in hostile.items():
+        assert _refused(admin.post(routes, json=route, headers=op), "kaiwo-ctrl may only"), label
+    assert admin.delete(f"{routes}/{ours['metadata']['name']}", headers=op).status_code == 200

@@ -9,10 +9,12 @@ leader writes the certificate Secret and the webhook configurations).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime as dt
 import ipaddress
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +101,15 @@ class _ClusterView:
     def settings(self) -> Settings:
         return self._config()[1]
 
+    def gpu_keys(self) -> tuple[str, ...]:
+        try:
+            return (self.settings().default_gpu_resource_key,)
+        except ConfigMissing:
+            return ()
+
+    def on_gpu_key_change(self, fn: Callable[[], None]) -> None:
+        self._settings.informer.add_handler(_OnGpuKeyChange(self, fn))
+
     def world(self) -> World:
         try:
             config = self._config()[0]
@@ -135,26 +146,54 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
     secrets = mgr.cache.informer(SECRETS, namespace=opts.namespace, field_selector=f"metadata.name={opts.secret_name}")
     secrets.add_handler(_SecretHandler(cert))
 
+    config_changed = asyncio.Event()  # KaiwoConfig's defaultGpuResourceKey is part of the enforcement match
+    view.on_gpu_key_change(config_changed.set)
+
     async def keep_certificate() -> None:
         port = server.bound_port or opts.port
-        reg = opts.registration(port)
 
         async def publish(ca_bundle: bytes) -> None:
+            reg = dataclasses.replace(opts.registration(port), gpu_resource_keys=view.gpu_keys())
             await ensure_configurations(mgr.client, reg, ca_bundle, create=reg.url_base is not None)
 
         manager = CertManager(mgr.client, opts.tls(), publish)
         while True:
+            config_changed.clear()
             try:
                 due = await manager.ensure()
                 delay = (due - dt.datetime.now(dt.timezone.utc)).total_seconds()
             except Exception:  # retried; the webhooks fail open meanwhile
                 log.exception("webhook certificate or configuration update failed; retrying")
                 delay = 5.0
-            await asyncio.sleep(min(max(delay, 0.5), 3600.0))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(config_changed.wait(), min(max(delay, 0.5), 3600.0))
 
     mgr.add_leader_runnable("webhook-certificate", keep_certificate)
     FinalizerSweeper(mgr).register()
     return server
+
+
+class _OnGpuKeyChange:
+    def __init__(self, view: _ClusterView, fn: Callable[[], None]) -> None:
+        self.view, self.fn, self.last = view, fn, None
+
+    def _check(self) -> None:
+        try:
+            keys = self.view.gpu_keys()
+        except Exception:  # noqa: BLE001 - an unreadable KaiwoConfig is reported by its own reconciler
+            return
+        if keys != self.last:
+            self.last = keys
+            self.fn()
+
+    def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
+        self._check()
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self._check()
+
+    def on_delete(self, obj: Mapping[str, Any], tombstone: bool) -> None:
+        self._check()
 
 
 class _SecretHandler:

@@ -16,20 +16,17 @@ must not fail the list or watch it arrives in: it is left out, and
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kaiwo_ctrl.runtime.deepjson import Undecodable, event_stub
 from kaiwo_ctrl.runtime.informerapi import call_safely
 from kaiwo_ctrl.runtime.store import object_key
 
-if TYPE_CHECKING:
-    from kaiwo_ctrl.runtime.informer import Informer
-
 log = logging.getLogger("kaiwo_ctrl.runtime.informer")
 
 
 class SkippedObjects:
-    def __init__(self, informer: Informer) -> None:
+    def __init__(self, informer: Any) -> None:  # the Informer (typed loosely: it imports this module)
         self.informer = informer
         #: key -> uid/generation last skipped (logged and counted once)
         self.seen: dict[str, str] = {}

@@ -175,7 +175,8 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
 
 class _OnGpuKeyChange:
     def __init__(self, view: _ClusterView, fn: Callable[[], None]) -> None:
-        self.view, self.fn, self.last = view, fn, None
+        self.view, self.fn = view, fn
+        self.last: tuple[str, ...] | None = None
 
     def _check(self) -> None:
         try:

@@ -125,7 +125,8 @@ def depth_verdict(raw: bytes) -> tuple[dict[str, Any], Verdict] | None:
     info = undecodable(raw, limit=MAX_OBJECT_DEPTH + 2)  # the object is at review.request.object
     if info is None or not info.paths:
         return None
-    req = info.stub.get("request") if isinstance(info.stub.get("request"), dict) else {}
+    got = info.stub.get("request")
+    req: dict[str, Any] = got if isinstance(got, dict) else {}
     fields = [p.removeprefix("request.object.") for p in info.paths if p.startswith("request.object.")]
     old_deep = any(p.startswith("request.oldObject") for p in info.paths)
     if req.get("operation") in ("CREATE", "UPDATE") and fields and not old_deep:

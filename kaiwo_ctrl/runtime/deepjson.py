@@ -110,7 +110,9 @@ def undecodable(raw: bytes, limit: int = ENCODE_LIMIT) -> Undecodable | None:
         return None
     if not isinstance(stub, dict):
         return None
-    return Undecodable(stub, paths[0] if paths else "", max_depth, tuple(paths))
+    # metadata.managedFields mirrors every field set (fieldsV1): name the field itself
+    own = [p for p in paths if "managedFields" not in p]
+    return Undecodable(stub, (own or paths or [""])[0], max_depth, tuple(own))
 
 
 def _path(stack: list[list[Any]]) -> str:

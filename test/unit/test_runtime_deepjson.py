@@ -112,3 +112,13 @@ def test_admission_refuses_deep_nesting_naming_the_field(depth):
     # an object already that deep may still be changed (a finalizer removed) and deleted
     assert depth_verdict(review("UPDATE", obj, obj))[1].allowed
     assert depth_verdict(review("DELETE", "null", obj))[1].allowed
+
+
+def test_the_field_is_named_not_its_managed_fields_mirror():
+    deep = nested(300)
+    raw = (f'{{"metadata":{{"name":"n","managedFields":[{{"fieldsV1":{{"f:spec":{deep}}}}}]}},'
+           f'"spec":{{"job":{{"x":{deep}}}}}}}').encode()
+    info = undecodable(raw)
+    assert info.path.startswith("spec.job.x") and info.paths == (info.path,)
+    out = depth_verdict(review("CREATE", raw.decode()))
+    assert out is not None and "spec.job.x" in out[1].message and "managedFields" not in out[1].message

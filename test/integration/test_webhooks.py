@@ -374,6 +374,20 @@ async def test_certificate_rotation_loses_no_request(serving, admin):
     print(f"{calls} admission requests across a certificate rotation, none lost")
 
 
+@pytest.mark.parametrize("levels", [150, 300, 1100])
+async def test_deep_nesting_is_refused_at_admission(serving, admin, levels):
+    """Unstructured fields (spec.job) may nest only 100 levels: deeper is refused
+    naming the field. At 1,100 levels the review cannot even be decoded; the
+    server used to answer 400 then, which the API server takes as a failure of
+    a fail-open webhook, i.e. admission."""
+    inner = '{"a":' * levels + "1" + "}" * levels
+    body = ('{"apiVersion":"kaiwo.silogen.ai/v1alpha1","kind":"KaiwoJob","metadata":{"name":"deep"},'
+            f'"spec":{{"user":"u","image":"busybox","job":{{"x":{inner}}}}}}}').encode()
+    r = admin.post(kaiwojob_url("default"), content=body, params=DRY, headers={"Content-Type": "application/json"})
+    message = refused_by_webhook(r, "validate-kaiwojob.kaiwo.silogen.ai")
+    assert "spec.job.x.a" in message and "must not nest deeper than 100 levels" in message, message
+
+
 # ------------------------------------------------- forged reviews
 
 

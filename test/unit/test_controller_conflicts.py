@@ -15,12 +15,12 @@ async def test_conflicts_back_off_exponentially_and_are_capped():
         raise ApiError(409, {"reason": "Conflict", "message": "the object has been modified"}, "PUT", "/x")
 
     ctl = Controller("c", conflicting, rate_limiter=ItemExponentialFailureRateLimiter(base=0.005, cap=2.0))
+    ctl.queue._clock = lambda: 100.0  # a still clock: the delay is exactly what the rate limiter chose
     req = Request("ns", "n")
     delays = []
     for _ in range(12):
-        before = ctl.queue._clock()
         assert await ctl._reconcile_one(req) == "error"
-        delays.append(round(ctl.queue._waiting[req][0] - before, 3))
+        delays.append(round(ctl.queue._waiting[req][0] - 100.0, 6))
         ctl.queue._waiting.clear()
         ctl.queue._heap.clear()
     assert ctl.queue.num_requeues(req) == 12

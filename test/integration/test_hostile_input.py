@@ -439,6 +439,12 @@ async def test_deeply_nested_kaiwojobs_never_stop_the_operator(plane, kube, monk
     for name, levels in deep.items():
         r = kube.post(_url("KaiwoJob", ns), content=_deep_body(name, levels), headers={"Content-Type": "application/json"})
         assert r.status_code == 201, r.text[:300]
+    inner = '{"a":' * 1100 + "1" + "}" * 1100
+    model = ('{"apiVersion":"kubeai.org/v1","kind":"Model","metadata":{"name":"deep-model"},"spec":{"url":"hf://org/m",'
+             f'"engine":"VLLM","features":["TextGeneration"],"envFrom":[{{"x":{inner}}}]}}}}').encode()
+    models = f"/apis/kubeai.org/v1/namespaces/{ns}/models"
+    r = kube.post(models, content=model, headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text[:300]
     versions = {}
     async with _running_operator(plane, monkeypatch) as mgr:
         assert _create(kube, ns, Case("normal", "KaiwoJob", "normal-1", {"entrypoint": "sleep 1"}, "runs")).status_code == 201
@@ -452,6 +458,12 @@ async def test_deeply_nested_kaiwojobs_never_stop_the_operator(plane, kube, monk
             await eventually(reported, timeout=60, what=f"{name} in ERROR naming spec.job.x")
             versions[name] = _status_of_deep(kube, ns, name)["metadata"]["resourceVersion"]
         assert _skipped(mgr) >= 2
+
+        def model_reported():
+            conds = (undecodable(kube.get(f"{models}/deep-model").content).stub.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "ConfigValid" and c["status"] == "False" and c["message"].startswith("spec.envFrom[0].x.a")
+                       for c in conds)
+        await eventually(model_reported, timeout=60, what="the deep Model ConfigValid=False naming spec.envFrom[0].x")
         assert {f"{ns}/{n}" for n in deep} <= set(mgr.cache.informer(KAIWOJOBS).skipped.seen)
         assert {o["metadata"]["name"] for o in mgr.cache.informer(KAIWOJOBS).list(ns)} == {"normal-1"}
         health = await _health(mgr)

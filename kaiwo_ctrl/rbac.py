@@ -153,8 +153,9 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         KAIWO,
         "kaiwojobs",
-        ("list", "watch", "create", "delete"),
-        "workloads/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job and deletes it with the Job",
+        ("get", "list", "watch", "create", "delete"),
+        "workloads/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job; "
+        "webhooks/jobdelete.py: reads it (is it the one tracking the deleted Job?) and deletes it with the Job",
     ),
     Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
     Rule(
@@ -179,7 +180,6 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     # (models list/watch and models/finalizers: see the KubeAI section below)
     Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
     Rule(GATEWAY, "httproutes", ("get", "list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model (get: whose is a route name already taken)"),
-    Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
     # --- admission webhooks ---------------------------------------------------
     Rule(
         "admissionregistration.k8s.io",
@@ -273,6 +273,8 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         ("get", "create", "patch"),
         "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
     ),
+    # ReferenceGrants are only ever made in the operator's namespace (they admit routes to its proxy Service)
+    Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
     Rule(
         "",
         "secrets",

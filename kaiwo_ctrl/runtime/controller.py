@@ -62,9 +62,10 @@ class Controller:
       ``workqueue_*`` series go; every series is created at zero here, at
       construction, so standbys and the first scrape show them.
     * ``tracer`` (None: no spans): an OpenTelemetry tracer, one span per reconcile.
-    * ``conflict_requeue`` (0.05 s): the delay before retrying a key whose
-      reconcile hit 409 Conflict (a cache a moment behind, not a failure to back
-      off from).
+    A reconcile that hits 409 Conflict is retried through the rate limiter like
+    any other error: a cache a moment behind clears within the first short
+    delays, and a cache that stays stale (or a second writer) backs off
+    exponentially to the cap instead of looping at a fixed rate.
     """
 
     def __init__(
@@ -76,14 +77,12 @@ class Controller:
         rate_limiter: RateLimiter | None = None,
         metrics: Metrics | None = None,
         tracer: Any = None,
-        conflict_requeue: float = 0.05,
     ) -> None:
         self.name = name
         self.reconcile = reconcile
         self.workers = workers
         self.metrics = metrics
         self.tracer = tracer
-        self.conflict_requeue = conflict_requeue
         self.queue: WorkQueue[Request] = WorkQueue(
             name,
             rate_limiter=rate_limiter or default_controller_rate_limiter(),
@@ -226,11 +225,10 @@ class Controller:
             if self.metrics:
                 self.metrics.reconcile_errors.labels(controller=self.name).inc()
             if e.conflict:
-                log.debug("conflict, requeueing", extra={"error": str(e)})
-                self.queue.add_after(req, self.conflict_requeue)
+                log.debug("conflict, requeueing with backoff", extra={"error": str(e), "requeues": self.queue.num_requeues(req)})
             else:
                 log.warning("reconcile error", extra={"error": str(e), "requeues": self.queue.num_requeues(req)})
-                self.queue.add_rate_limited(req)
+            self.queue.add_rate_limited(req)
             return "error"
         except asyncio.CancelledError:
             raise

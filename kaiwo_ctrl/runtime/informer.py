@@ -40,8 +40,10 @@ from kaiwo_ctrl.runtime.informerapi import (  # re-exported: the informer's voca
     InformerMetricsHook,
     Registration,
     WatchListUnsupported,
+    call_safely,
     initial_events_end,
 )
+from kaiwo_ctrl.runtime.informerskip import SkippedObjects
 from kaiwo_ctrl.runtime.store import IndexFunc, Obj, Store, object_key, strip_managed_fields
 from kaiwo_ctrl.runtime.supervise import supervise
 
@@ -95,6 +97,7 @@ class Informer:
         self._task: asyncio.Task | None = None
         self._backoff = Backoff()
         self._streamed = False
+        self.skipped = SkippedObjects(self)  # objects too deep to decode/encode: left out, reported
 
     # ------------------------------------------------------------ handlers
     def add_handler(self, handler: EventHandler) -> Registration:
@@ -104,7 +107,7 @@ class Informer:
         reg = Registration(handler)
         self._handlers.append(reg)
         for obj in self.store:
-            self._safe(handler.on_add, obj, True)
+            call_safely(handler.on_add, obj, True)
         reg.synced = self.has_synced
         return reg
 
@@ -216,7 +219,7 @@ class Informer:
         list_rv: str | None = None
         try:
             async for batch, list_rv in self.client.list_stream(
-                self.resource, self.namespace, drop_managed_fields=self._drop_managed_fields, **kw
+                self.resource, self.namespace, drop_managed_fields=self._drop_managed_fields, on_undecodable=self.skipped.listed, **kw
             ):
                 for obj in batch:
                     take(self._prepare(obj))
@@ -244,6 +247,7 @@ class Informer:
             inactivity_timeout=self.inactivity_timeout,
             send_initial_events=True,
             drop_managed_fields=self._drop_managed_fields,
+            on_undecodable=self.skipped.event,
         )
         items, take = self._taker()
         listing = True
@@ -323,6 +327,7 @@ class Informer:
             field_selector=self.field_selector,
             inactivity_timeout=self.inactivity_timeout,
             drop_managed_fields=self._drop_managed_fields,
+            on_undecodable=self.skipped.event,
         )
         try:
             async for ev in stream:
@@ -353,6 +358,7 @@ class Informer:
                 self.last_sync_rv = rv
             return
         obj = self._prepare(obj)
+        self.skipped.cleared(obj)
         if typ == "ADDED" or typ == "MODIFIED":
             old = self.store.put(obj)
             if old is None:
@@ -369,14 +375,7 @@ class Informer:
 
     def _dispatch(self, method: str, *args: Any) -> None:
         for reg in self._handlers:
-            self._safe(getattr(reg.handler, method), *args)
-
-    @staticmethod
-    def _safe(fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception:  # one broken handler must not stop the informer
-            log.exception("event handler failed")
+            call_safely(getattr(reg.handler, method), *args)
 
     async def _resync_loop(self) -> None:
         while True:

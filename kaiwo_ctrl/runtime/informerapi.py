@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -70,3 +71,11 @@ class Backoff:
         delay = self._current * (1 + random.random() * self.jitter)
         self._current = min(self._current * self.factor, self.cap)
         return min(delay, self.cap * (1 + self.jitter))
+
+
+def call_safely(fn: Callable[..., None], *args: Any) -> None:
+    """Call an event handler; one that raises is logged and must not stop the informer."""
+    try:
+        fn(*args)
+    except Exception:
+        logging.getLogger("kaiwo_ctrl.runtime.informer").exception("event handler failed")

@@ -27,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
+from kaiwo_ctrl.runtime.deepjson import encodable, too_deep_error, undecodable
+from kaiwo_ctrl.runtime.watchstream import OnUndecodable, decode_object_without_managed_fields
 
 _ITEMS = b'"items":['
 _METADATA = b'"metadata":{'
@@ -135,18 +136,29 @@ class ListSplitter:
         items = doc.pop("items", None) or []
         return [orjson.dumps(item) for item in items], doc
 
-    def decode(self, pieces: list[bytes], drop_managed_fields: bool = False) -> Iterator[dict]:
+    def decode(self, pieces: list[bytes], drop_managed_fields: bool = False, on_undecodable: OnUndecodable | None = None) -> Iterator[dict]:
         """Decode ``pieces`` one by one as they are consumed. A piece that is
-        not valid JSON on its own is held and joined with the next one."""
+        not valid JSON on its own is held and joined with the next one. An
+        item nested too deeply to decode or encode again (deepjson.py) is
+        left out and passed to ``on_undecodable`` (without one, it fails
+        the list)."""
         for piece in pieces:
             if self._carry:
                 piece = self._carry + b"," + piece
             try:
                 obj = decode_object_without_managed_fields(piece) if drop_managed_fields else orjson.loads(piece)
-            except orjson.JSONDecodeError:
+            except orjson.JSONDecodeError as e:
+                if on_undecodable is not None and too_deep_error(e) and (info := undecodable(piece)) is not None:
+                    self._carry = b""
+                    on_undecodable(info)
+                    continue
                 self._carry = piece
                 continue
             self._carry = b""
+            if on_undecodable is not None and not encodable(piece, obj):
+                if (info := undecodable(piece)) is not None:
+                    on_undecodable(info)
+                    continue
             yield obj
 
     def check_complete(self) -> None:

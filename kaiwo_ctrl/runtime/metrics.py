@@ -321,6 +321,12 @@ class Metrics:
             ["kind", "reason"],
             registry=r,
         )
+        self.informer_skipped_objects = Counter(
+            "informer_skipped_objects",
+            "Objects left out of the cache, nested too deeply to decode or encode (once per object version)",
+            ["kind"],
+            registry=r,
+        )
         self.informer_events = Counter(
             "informer_events",
             "Watch events received, by event type",
@@ -378,6 +384,9 @@ class Metrics:
 
     def informer_relist(self, kind: str, reason: str) -> None:
         self.informer_relists.labels(kind=kind, reason=reason).inc()
+
+    def informer_skipped(self, kind: str) -> None:
+        self.informer_skipped_objects.labels(kind=kind).inc()
 
     def informer_watch_restart(self, kind: str, reason: str) -> None:
         self.informer_watch_restarts.labels(kind=kind, reason=reason).inc()

@@ -19,7 +19,7 @@ import aiohttp
 from kaiwo_ctrl.runtime.apitypes import ApiError, Resource
 from kaiwo_ctrl.runtime.liststream import ListSplitter, MalformedList
 from kaiwo_ctrl.runtime.transport import Transport
-from kaiwo_ctrl.runtime.watchstream import decode_events
+from kaiwo_ctrl.runtime.watchstream import OnUndecodable, decode_events
 from kaiwo_ctrl.runtime.wire import LineSplitter, list_params, loads
 
 RequestHook = Callable[[str, str, int, float], None]  # method, path, status, seconds
@@ -42,13 +42,16 @@ class StreamingReads:
         resource_version_match: str | None = None,
         timeout: float | None = None,
         drop_managed_fields: bool = False,
+        on_undecodable: OnUndecodable | None = None,
     ) -> AsyncGenerator[tuple[Iterator[dict], str | None], None]:
         """One list, unpaged, decoded item by item as it arrives
         (:mod:`.liststream`): ``(items, None)`` for each run of items that
         arrived together (an iterator that decodes them as they are taken),
         then ``(last items, resourceVersion)``. ``timeout`` bounds the whole
         list. ``drop_managed_fields`` leaves ``metadata.managedFields`` out,
-        cut from the bytes before decoding where possible.
+        cut from the bytes before decoding where possible. An item too deeply
+        nested to decode or encode goes to ``on_undecodable`` (deepjson.py)
+        instead of failing the list.
 
         The API server sends one list for less CPU than the same objects as a
         streaming list's events, or in pages; with the items taken one by one,
@@ -76,9 +79,9 @@ class StreamingReads:
                     if chunk is None:
                         break
                     if pieces := splitter.feed(chunk):
-                        yield splitter.decode(pieces, drop_managed_fields), None
+                        yield splitter.decode(pieces, drop_managed_fields, on_undecodable), None
                 pieces, envelope = splitter.finish()
-                yield splitter.decode(pieces, drop_managed_fields), str((envelope.get("metadata") or {}).get("resourceVersion") or "")
+                yield splitter.decode(pieces, drop_managed_fields, on_undecodable), str((envelope.get("metadata") or {}).get("resourceVersion") or "")
                 splitter.check_complete()
         except MalformedList as exc:
             raise ApiError(0, str(exc), "GET", path) from exc
@@ -109,6 +112,7 @@ class StreamingReads:
         inactivity_timeout: float = 90.0,
         send_initial_events: bool = False,
         drop_managed_fields: bool = False,
+        on_undecodable: OnUndecodable | None = None,
     ) -> AsyncGenerator[Iterator[dict], None]:
         """Stream watch events, in batches of those that arrived together (each
         batch an iterator that decodes its events as they are consumed).
@@ -150,6 +154,6 @@ class StreamingReads:
                 async for chunk in resp.content.iter_any():
                     lines = splitter.feed(chunk)
                     if lines:
-                        yield decode_events(lines, drop_managed_fields)
+                        yield decode_events(lines, drop_managed_fields, on_undecodable)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ApiError.transport_failure(exc, "WATCH", path) from exc

@@ -15,6 +15,11 @@ from typing import Any
 
 import orjson
 
+from kaiwo_ctrl.runtime.deepjson import Undecodable, encodable, too_deep_error, undecodable
+
+#: Called with an object left out as too deeply nested (see deepjson.py).
+OnUndecodable = Callable[[Undecodable], None]
+
 _MANAGED_FIELDS = b'"managedFields":['
 
 
@@ -41,16 +46,29 @@ def cut_managed_fields(raw: bytes) -> bytes:
     return b"".join((view[:start], view[end:]))
 
 
-def decode_events(lines: list[bytes], drop_managed_fields: bool = False) -> Iterator[dict]:
+def decode_events(lines: list[bytes], drop_managed_fields: bool = False, on_undecodable: OnUndecodable | None = None) -> Iterator[dict]:
     """Decode watch-event lines one by one as they are consumed (each object
     is then transformed while it is still in the CPU cache: decoding a whole
-    batch first made the transforms about half again as slow)."""
-    if not drop_managed_fields:
-        for line in lines:
-            yield orjson.loads(line)
-        return
+    batch first made the transforms about half again as slow). An event
+    whose object is nested too deeply to decode or encode again
+    (deepjson.py) is left out and passed to ``on_undecodable``, its stub
+    the event's (without one, it raises)."""
+    decode = decode_event_without_managed_fields if drop_managed_fields else orjson.loads
     for line in lines:
-        yield decode_event_without_managed_fields(line)
+        if on_undecodable is None:
+            yield decode(line)
+            continue
+        try:
+            ev = decode(line)
+        except orjson.JSONDecodeError as e:
+            if not too_deep_error(e) or (info := undecodable(line)) is None:
+                raise
+            on_undecodable(info)
+            continue
+        if not encodable(line, ev) and (info := undecodable(line)) is not None:
+            on_undecodable(info)
+            continue
+        yield ev
 
 
 def decode_event_without_managed_fields(line: bytes) -> dict:

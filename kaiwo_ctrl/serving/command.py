@@ -107,6 +107,11 @@ def add_autoscaler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--autoscaler-peer-selector", default=env("MODEL_AUTOSCALING_PEER_SELECTOR", DEFAULT_PEER_SELECTOR),
                    help="label selector of the proxy replica Pods in the operator's namespace")
     p.add_argument("--autoscaler-peer-metrics-port", type=int, default=int(env("MODEL_AUTOSCALING_PEER_METRICS_PORT", "8080")))
+    p.add_argument("--autoscaler-peer-ca-file", default=env("MODEL_AUTOSCALING_PEER_CA_FILE", ""),
+                   help="with --metrics-secure: CA the replicas' metrics certificates must verify against before this "
+                        "Pod's token is sent to them (default: ca.crt in --metrics-cert-dir; none: peers are not scraped)")
+    p.add_argument("--autoscaler-peer-server-name", default=env("MODEL_AUTOSCALING_PEER_SERVER_NAME", ""),
+                   help="name the replicas' metrics certificates must carry (default: chain verified only)")
 
 
 def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, model_config: Any = None) -> ProxyServer | None:
@@ -127,6 +132,9 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
             or getattr(model_config, "autoscaling_state_configmap", "")
             or "kaiwo-autoscaler-state",
             secure_peers=bool(getattr(args, "metrics_secure", False)),
+            peer_ca_file=args.autoscaler_peer_ca_file
+            or (f"{args.metrics_cert_dir}/ca.crt" if getattr(args, "metrics_cert_dir", None) else ""),
+            peer_server_name=args.autoscaler_peer_server_name,
             namespace=operator_namespace(getattr(args, "leader_election_namespace", None)),
         )
         peers = [p.strip() for p in args.autoscaler_peers.split(",") if p.strip()]

@@ -46,7 +46,7 @@ from .config import ConfigSource
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
 from .rollout import plan
-from .status import desired_status
+from .status import desired_status, skipped_model_reporter
 
 log = logging.getLogger("kaiwo_ctrl.serving.controller")
 
@@ -144,6 +144,7 @@ class ModelReconciler:
         self.source = source
         self.events = mgr.recorder.for_component("kaiwo-ctrl-models")
         self.models = mgr.cache.informer(MODELS)
+        self.models.add_handler(skipped_model_reporter(mgr))  # too deep to cache: ConfigValid=False naming the field
         self.pods = mgr.cache.informer(PODS, label_selector=SELECTOR, transform=trim_pod, indexers={IDX_MODEL: _index_model})
         self.configmaps = mgr.cache.informer(CONFIGMAPS, label_selector=SELECTOR)
         self.jobs = mgr.cache.informer(JOBS)

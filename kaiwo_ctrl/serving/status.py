@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from typing import Any
 
+from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.conditions import set_condition
+from kaiwo_ctrl.runtime.deepjson import ENCODE_LIMIT
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.skipreport import SkippedObjectReporter
 
 from .rollout import is_finished, is_ready, is_terminating
 
@@ -81,3 +86,20 @@ def desired_status(
     else:
         set_condition(conds, READY, "False", "PodsNotReady", f"{ready}/{want} Pods ready", gen, now)
     return status
+
+
+def too_deep_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None:
+    """The status of a Model the operator left out of its cache, nested too
+    deeply to decode or encode (runtime/informerskip.py): ``ConfigValid=False``
+    naming the field; ``None`` when the stub carries it already."""
+    message = f"{path}: nested deeper than {ENCODE_LIMIT} levels; the operator cannot read this Model"
+    status = desired_status(dict(stub), pods=None, config_error=message, cache_loaded=None)
+    return None if status == (stub.get("status") or {}) else status
+
+
+def skipped_model_reporter(mgr: Manager) -> SkippedObjectReporter:
+    async def write(ns: str, name: str, rv: str, status: dict[str, Any]) -> None:
+        patch = {"metadata": {"resourceVersion": rv}, "status": status}
+        await mgr.client.patch_status(MODELS, name, patch, ns, decode=False)
+
+    return SkippedObjectReporter(mgr, "models", too_deep_status, write)

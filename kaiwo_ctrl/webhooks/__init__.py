@@ -9,14 +9,16 @@ leader writes the certificate Secret and the webhook configurations).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime as dt
 import ipaddress
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.kinds import KAIWOJOBS, LOCALQUEUES
+from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOJOBS, KAIWOQUEUECONFIGS, LOCALQUEUES
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.resources import JOBS, SECRETS
@@ -99,6 +101,15 @@ class _ClusterView:
     def settings(self) -> Settings:
         return self._config()[1]
 
+    def gpu_keys(self) -> tuple[str, ...]:
+        try:
+            return (self.settings().default_gpu_resource_key,)
+        except ConfigMissing:
+            return ()
+
+    def on_gpu_key_change(self, fn: Callable[[], None]) -> None:
+        self._settings.informer.add_handler(_OnGpuKeyChange(self, fn))
+
     def world(self) -> World:
         try:
             config = self._config()[0]
@@ -124,7 +135,7 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
     server = WebhookServer(opts.host, opts.port, cert, WebhookMetrics(mgr.metrics.registry))
     jobs = JobWebhooks(
         mgr.client, view.settings, mgr.cache.informer(KAIWOJOBS), mgr.cache.informer(LOCALQUEUES),
-        mgr.cache.informer(JOBS), opts.enforce,
+        mgr.cache.informer(JOBS), mgr.cache.informer(KAIWOQUEUECONFIGS), mgr.cache.informer(CLUSTERQUEUES), opts.enforce,
     )
     server.register(JOB_MUTATE_PATH, jobs.mutate)
     server.register(JOB_VALIDATE_PATH, jobs.validate)
@@ -135,26 +146,55 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
     secrets = mgr.cache.informer(SECRETS, namespace=opts.namespace, field_selector=f"metadata.name={opts.secret_name}")
     secrets.add_handler(_SecretHandler(cert))
 
+    config_changed = asyncio.Event()  # KaiwoConfig's defaultGpuResourceKey is part of the enforcement match
+    view.on_gpu_key_change(config_changed.set)
+
     async def keep_certificate() -> None:
         port = server.bound_port or opts.port
-        reg = opts.registration(port)
 
         async def publish(ca_bundle: bytes) -> None:
+            reg = dataclasses.replace(opts.registration(port), gpu_resource_keys=view.gpu_keys())
             await ensure_configurations(mgr.client, reg, ca_bundle, create=reg.url_base is not None)
 
         manager = CertManager(mgr.client, opts.tls(), publish)
         while True:
+            config_changed.clear()
             try:
                 due = await manager.ensure()
                 delay = (due - dt.datetime.now(dt.timezone.utc)).total_seconds()
             except Exception:  # retried; the webhooks fail open meanwhile
                 log.exception("webhook certificate or configuration update failed; retrying")
                 delay = 5.0
-            await asyncio.sleep(min(max(delay, 0.5), 3600.0))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(config_changed.wait(), min(max(delay, 0.5), 3600.0))
 
     mgr.add_leader_runnable("webhook-certificate", keep_certificate)
     FinalizerSweeper(mgr).register()
     return server
+
+
+class _OnGpuKeyChange:
+    def __init__(self, view: _ClusterView, fn: Callable[[], None]) -> None:
+        self.view, self.fn = view, fn
+        self.last: tuple[str, ...] | None = None
+
+    def _check(self) -> None:
+        try:
+            keys = self.view.gpu_keys()
+        except Exception:  # noqa: BLE001 - an unreadable KaiwoConfig is reported by its own reconciler
+            return
+        if keys != self.last:
+            self.last = keys
+            self.fn()
+
+    def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
+        self._check()
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self._check()
+
+    def on_delete(self, obj: Mapping[str, Any], tombstone: bool) -> None:
+        self._check()
 
 
 class _SecretHandler:

@@ -11,8 +11,13 @@ with enforcement on, unlabelled Jobs in the enforced namespaces):
    ``terminationGracePeriodSeconds: 0`` when its pod template has none (the
    apiserver defaults it to 30 before admission, so in practice the value
    the user or the default set stays);
-3. unless dry-run: the LocalQueue of that queue is created if missing, and,
-   once the Job is stored, the tracking KaiwoJob (``spec.job`` = the Job as
+3. a Job whose queue the KaiwoQueueConfig would refuse a KaiwoJob in this
+   namespace (queue not listed, its ``namespaces`` exclude this one, or no
+   such ClusterQueue) is refused, naming the queue-name label: the same
+   function (queues.localqueue.resolve_local_queue) decides both paths;
+4. unless dry-run, once the API server has stored the Job (seen by the Job
+   informer, never on the review's word): the LocalQueue of that queue if
+   missing and allowed, and the tracking KaiwoJob (``spec.job`` = the Job as
    mutated, ``spec.user`` = the requesting user) if there is none. The KaiwoJob
    reconciler then follows the Job's status without ever writing the Job.
 
@@ -29,9 +34,10 @@ Jobs the operator itself creates for a KaiwoJob (controller owner reference
 to a KaiwoJob) are left alone: they are not adopted, and deleting one (e.g.
 on early termination) must not delete its KaiwoJob.
 
-Validating: on DELETE of a managed Job, release the finalizer and delete the
-tracking KaiwoJob (both skipped on dry-run); with enforcement on, refuse the
-CREATE of a GPU Job that is not managed.
+Validating: on DELETE of a managed Job, follow the Job on the API server and,
+once it shows the review's UID being deleted, release the finalizer and
+delete the tracking KaiwoJob (jobdelete.py; nothing on dry-run); with
+enforcement on, refuse the CREATE of a GPU Job that is not managed.
 """
 
 from __future__ import annotations
@@ -43,22 +49,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaiwo_ctrl.kinds import KAIWOJOBS, LOCALQUEUES
-from kaiwo_ctrl.queues.localqueue import desired_local_queue
-from kaiwo_ctrl.runtime.client import ApiError, Client, retry_on_conflict
+from kaiwo_ctrl.kinds import KAIWOJOBS
+from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
+from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
+from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.packed import unpacked
-from kaiwo_ctrl.runtime.resources import JOBS
 from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
 from kaiwo_ctrl.workloads.resources import container_requests_gpu
 from kaiwo_ctrl.workloads.world import Settings
 
+from .jobdelete import FINALIZER, DeleteFollower, controlled_by_kaiwojob
 from .server import Review, Verdict
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.jobs")
 
-FINALIZER = "kaiwo.silogen.ai/finalizer"
 UNKNOWN_USER = "unknown-user"
 ENFORCEMENT_MESSAGE = "all jobs must have 'kaiwo.silogen.ai/managed' label"
 #: On a Job created with generateName: the UID of its admission request.
@@ -70,11 +76,6 @@ def job_requests_gpu(job: Mapping[str, Any], default_gpu_key: str) -> bool:
     pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     containers = list(pod.get("containers") or []) + list(pod.get("initContainers") or [])
     return any(container_requests_gpu(c, default_gpu_key) for c in containers if isinstance(c, Mapping))
-
-
-def controlled_by_kaiwojob(job: Mapping[str, Any]) -> bool:
-    refs = (job.get("metadata") or {}).get("ownerReferences") or ()
-    return any(r.get("controller") and r.get("kind") == "KaiwoJob" for r in refs)
 
 
 def _set(ops: list[dict], parent: Mapping[str, Any], path: str, key: str, value: Any) -> None:
@@ -136,6 +137,8 @@ class JobWebhooks:
     kaiwojobs: Informer
     localqueues: Informer
     jobs: Informer
+    queue_configs: Informer
+    cluster_queues: Informer
     enforce: bool = False
     #: How long to wait for an admitted Job to be stored before giving up on tracking it.
     track_timeout: float = 30.0
@@ -144,6 +147,7 @@ class JobWebhooks:
         self._waiting: dict[tuple[str, str], asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self.jobs.add_handler(_Arrivals(self._waiting))
+        self.deletes = DeleteFollower(self.client)
 
     async def mutate(self, review: Review) -> Verdict:
         job = review.object
@@ -165,8 +169,10 @@ class JobWebhooks:
             meta = mutated["metadata"]
             ops.append({"op": "replace" if "annotations" in meta else "add", "path": "/metadata/annotations",
                         "value": {**(meta.get("annotations") or {}), ADMISSION_ANNOTATION: review.uid}})
+        refusal = self._queue_refusal(ns, mutated["metadata"]["labels"][LABEL_QUEUE_NAME])
+        if refusal is not None:
+            return refusal
         if not review.dry_run:
-            await self._ensure_local_queue(ns, mutated["metadata"]["labels"][LABEL_QUEUE_NAME])
             key = (ns, name or UID_KEY + review.uid)
             fut = self._waiting.setdefault(key, asyncio.get_running_loop().create_future())  # before the Job can arrive
             task = asyncio.create_task(self._track(key, fut, user), name=f"track-job-{ns}/{name or review.uid}")
@@ -192,6 +198,8 @@ class JobWebhooks:
         if labels.get(LABEL_MANAGED) != "true" or controlled_by_kaiwojob(job) or meta.get("deletionTimestamp"):
             return
         try:
+            # made only once the API server has stored the Job: a forged review makes nothing
+            await self._ensure_local_queue(ns, labels.get(LABEL_QUEUE_NAME) or "")
             await self._ensure_kaiwojob(tracking_kaiwojob(unpacked(job), user))  # the cache packs the pod template
         except ApiError as e:
             log.error("cannot create the tracking KaiwoJob", extra={"namespace": ns, "object": name, "error": str(e)})
@@ -200,15 +208,26 @@ class JobWebhooks:
         labels = (job.get("metadata") or {}).get("labels") or {}
         return labels.get(LABEL_MANAGED) == "true" or (self.enforce and LABEL_MANAGED not in labels)
 
+    def _local_queue_decision(self, ns: str, queue: str) -> Any:
+        # the one rule of both paths: a KaiwoJob and an adopted Job get a LocalQueue
+        # (or are refused one) by the same KaiwoQueueConfig check
+        return resolve_local_queue(
+            ns, queue, self.queue_configs.get(QUEUE_CONFIG_NAME),
+            local_queue_exists=self.localqueues.get(queue, ns) is not None, cluster_queue=self.cluster_queues.get(queue),
+        )
+
+    def _queue_refusal(self, ns: str, queue: str) -> Verdict | None:
+        decision = self._local_queue_decision(ns, queue)
+        if decision.action != "error":
+            return None
+        log.info("adopted Job refused its queue", extra={"namespace": ns, "queue": queue, "reason": decision.message})
+        return Verdict.refuse([FieldError(f"metadata.labels[{LABEL_QUEUE_NAME}]", decision.message)], "Job")
+
     async def _ensure_local_queue(self, ns: str, queue: str) -> None:
-        if self.localqueues.get(queue, ns) is not None:
-            return
-        try:
-            await self.client.create(LOCALQUEUES, desired_local_queue(ns, queue))
-            log.info("LocalQueue created for an adopted Job", extra={"namespace": ns, "queue": queue})
-        except ApiError as e:
-            if not e.already_exists:
-                raise
+        decision = self._local_queue_decision(ns, queue)
+        if decision.action == "create" and decision.local_queue is not None:
+            if await create_local_queue(self.client, decision.local_queue) is not None:
+                log.info("LocalQueue created for an adopted Job", extra={"namespace": ns, "queue": queue})
 
     async def _ensure_kaiwojob(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -238,21 +257,14 @@ class JobWebhooks:
         return Verdict.refuse([err], "Job", (job.get("metadata") or {}).get("name", ""))
 
     async def _on_delete(self, review: Review) -> Verdict:
+        # the review is only a pointer: the Job is read from the API server and
+        # cleaned up once it shows the review's UID and a deletionTimestamp
         old = review.old_object
         meta = old.get("metadata") or {}
-        if review.dry_run or controlled_by_kaiwojob(old):
+        if review.dry_run or controlled_by_kaiwojob(old) or FINALIZER not in (meta.get("finalizers") or ()):
             return Verdict()
-        name, ns = meta.get("name") or "", review.namespace
-        warnings = []
-        if FINALIZER not in (meta.get("finalizers") or ()):
-            return Verdict()  # released already: the apiserver asks again while it completes the delete
-        try:
-            await release_finalizer(self.client, ns, name, old)
-            await self.client.delete(KAIWOJOBS, name, ns)
-        except ApiError as e:
-            log.warning("cleanup of an adopted Job failed", extra={"namespace": ns, "object": name, "error": str(e)})
-            warnings.append(f"kaiwo-ctrl could not clean up after Job {name}: {e.status} {e.reason}")
-        return Verdict(warnings=warnings)
+        self.deletes.follow(review.namespace, meta.get("name") or review.raw.get("name") or "", meta.get("uid") or "")
+        return Verdict()
 
 
 class _Arrivals:
@@ -279,37 +291,4 @@ class _Arrivals:
         pass
 
 
-async def release_finalizer(client: Client, ns: str, name: str, seen: Mapping[str, Any] | None = None) -> None:
-    """Remove our finalizer from Job ``ns/name``.
-
-    With ``seen`` (the Job as the caller saw it) one JSON patch that tests the
-    finalizer's position removes it; if the Job changed since, it is re-read
-    and patched, retried on conflicts.
-    """
-    finalizers = list(((seen or {}).get("metadata") or {}).get("finalizers") or [])
-    if FINALIZER in finalizers:
-        path = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
-        try:
-            await client.patch(JOBS, name, [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}],
-                               ns, patch_type="json")
-            return
-        except ApiError as e:
-            if e.not_found:
-                return
-
-    async def attempt() -> None:
-        job = await client.get_or_none(JOBS, name, ns)
-        if job is None:
-            return
-        meta = job["metadata"]
-        finalizers = list(meta.get("finalizers") or [])
-        if FINALIZER not in finalizers:
-            return
-        finalizers.remove(FINALIZER)
-        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}}
-        await client.patch(JOBS, name, patch, ns)
-
-    await retry_on_conflict(attempt, attempts=3)
-
-
-__all__ = ["FINALIZER", "JobWebhooks", "mutation", "release_finalizer", "tracking_kaiwojob"]
+__all__ = ["FINALIZER", "JobWebhooks", "controlled_by_kaiwojob", "mutation", "tracking_kaiwojob"]

@@ -79,6 +79,8 @@ class RegistrationOptions:
     enforcement_namespace_selector: str = ""
     enforcement_failure_policy: str = "Fail"
     timeout_seconds: int = MAX_TIMEOUT_SECONDS
+    #: GPU resource names besides amd.com/gpu and nvidia.com/gpu (KaiwoConfig's defaultGpuResourceKey)
+    gpu_resource_keys: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=lambda: {"app.kubernetes.io/name": "kaiwo-ctrl"})
 
     @property
@@ -130,14 +132,22 @@ def enforcement_namespace_selector(opts: RegistrationOptions) -> dict[str, Any]:
 
 
 _GPU_KEYS = ("amd.com/gpu", "nvidia.com/gpu")
+#: a qualified resource name (``[prefix/]name``): nothing that could end a CEL string
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _gpu_match_condition() -> dict[str, str]:
+def gpu_keys(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The GPU resource names the enforcement match condition names: the two
+    vendors' and the configured default key (a malformed one is ignored)."""
+    return tuple(dict.fromkeys((*_GPU_KEYS, *(k for k in extra if k and len(k) <= 253 and _RESOURCE_NAME.match(k)))))
+
+
+def _gpu_match_condition(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """CEL the apiserver evaluates before calling an enforcement webhook: only
     Jobs with a container that names a GPU resource are sent. CPU Jobs never
     wait for the operator, even when enforcement fails closed."""
     def names_gpu(part: str) -> str:
-        keys = " || ".join(f"'{k}' in c.resources.{part}" for k in _GPU_KEYS)
+        keys = " || ".join(f"'{k}' in c.resources.{part}" for k in gpu_keys(extra))
         return f"(has(c.resources.{part}) && ({keys}))"
 
     per_container = f"has(c.resources) && ({names_gpu('limits')} || {names_gpu('requests')})"
@@ -212,12 +222,12 @@ def desired_configurations(opts: RegistrationOptions, ca_bundle: bytes | None = 
         mutating.append(
             _webhook(opts, "enforce-mutate-jobs.kaiwo.silogen.ai", JOB_MUTATE_PATH, [_rule(*_JOBS, ["CREATE"])], ca_bundle,
                      writes=True, object_selector=unlabelled, namespace_selector=ns_sel,
-                     failure_policy=opts.enforcement_failure_policy, match_conditions=[_gpu_match_condition()])
+                     failure_policy=opts.enforcement_failure_policy, match_conditions=[_gpu_match_condition(opts.gpu_resource_keys)])
         )
         validating.append(
             _webhook(opts, "enforce-validate-jobs.kaiwo.silogen.ai", JOB_VALIDATE_PATH, [_rule(*_JOBS, ["CREATE"])], ca_bundle,
                      object_selector=not_managed, namespace_selector=ns_sel, failure_policy=opts.enforcement_failure_policy,
-                     match_conditions=[_gpu_match_condition()])
+                     match_conditions=[_gpu_match_condition(opts.gpu_resource_keys)])
         )
     for hook in mutating:
         hook["reinvocationPolicy"] = "Never"

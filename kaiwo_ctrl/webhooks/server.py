@@ -25,6 +25,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kaiwo_ctrl.runtime.deepjson import undecodable
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 
 from .tls import ServingCert
@@ -107,6 +108,33 @@ class Verdict:
 
 Handler = Callable[[Review], Awaitable[Verdict]]
 
+#: Levels of nesting an object may have when it is created or changed: well
+#: below the JSON codec's limits (1,024 to decode, 254 to encode again), far
+#: above what a Job, RayJob or Model needs (about 20).
+MAX_OBJECT_DEPTH = 100
+
+
+def depth_verdict(raw: bytes) -> tuple[dict[str, Any], Verdict] | None:
+    """For a review whose object nests deeper than :data:`MAX_OBJECT_DEPTH`:
+    its request (deep values cut) and the verdict, without calling the
+    handler. A CREATE or UPDATE is refused naming the field, unless the old
+    object was as deep already (its owner must still be able to remove a
+    finalizer); anything else is admitted untouched."""
+    if raw.count(b"{") + raw.count(b"[") <= MAX_OBJECT_DEPTH:
+        return None
+    info = undecodable(raw, limit=MAX_OBJECT_DEPTH + 2)  # the object is at review.request.object
+    if info is None or not info.paths:
+        return None
+    got = info.stub.get("request")
+    req: dict[str, Any] = got if isinstance(got, dict) else {}
+    fields = [p.removeprefix("request.object.") for p in info.paths if p.startswith("request.object.")]
+    old_deep = any(p.startswith("request.oldObject") for p in info.paths)
+    if req.get("operation") in ("CREATE", "UPDATE") and fields and not old_deep:
+        kind = (req.get("kind") or {}).get("kind", "")
+        errors = [FieldError(f, f"must not nest deeper than {MAX_OBJECT_DEPTH} levels") for f in fields]
+        return req, Verdict.refuse(errors, kind, req.get("name") or "")
+    return req, Verdict(warnings=[f"kaiwo-ctrl: the object nests deeper than {MAX_OBJECT_DEPTH} levels; not checked"])
+
 
 class WebhookMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -172,13 +200,14 @@ class WebhookServer:
         gauge.inc()
         code = 200
         try:
+            raw = await request.read()
+            deep = depth_verdict(raw)
             try:
-                review = orjson.loads(await request.read())
-                req = review["request"]
+                req = deep[0] if deep else orjson.loads(raw)["request"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 code = 400
                 return web.Response(status=400, text="expected an AdmissionReview v1 with a request")
-            verdict = await self._decide(path, Review(req))
+            verdict = deep[1] if deep else await self._decide(path, Review(req))
             log.debug("admission", extra={"webhook": path, "uid": req.get("uid"), "operation": req.get("operation"),
                                           "namespace": req.get("namespace"), "object": req.get("name"), "allowed": verdict.allowed})
             code = verdict.code

@@ -23,6 +23,7 @@ from .kinds import GROUP, MAPPED, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
 from .kinds.mapping import service_pod_owner
 from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
 from .reconciler import LocalQueueError, WorkloadReconciler
+from .undecodable import reporter as skipped_reporter
 from .sweep import RUNNABLE as SWEEP_RUNNABLE
 from .sweep import Sweeper
 
@@ -172,6 +173,7 @@ def setup(
             spec.controller_name, rec, workers=workers, tracer=tracer, rate_limiter=rate_limiter() if rate_limiter else None
         )
         ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), _NotOurStatusWrite(shared, kind)])
+        shared.own[kind].add_handler(skipped_reporter(mgr, kind))  # too deep to cache: ERROR naming the field
         _watch_children(ctl, spec, shared)
         ctl.watches(shared.workloads, _workload_owner(spec, shared), predicates=[_ConditionsChanged()])
         for other in specs:

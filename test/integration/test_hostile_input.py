@@ -20,6 +20,7 @@ cluster-wide KaiwoQueueConfig), wired as ``kaiwo-ctrl run`` wires it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import uuid
@@ -30,7 +31,9 @@ from typing import Any
 import httpx
 import pytest
 
+from kaiwo_ctrl.kinds import KAIWOJOBS
 from kaiwo_ctrl.runtime.conditions import MESSAGE_LIMIT
+from kaiwo_ctrl.runtime.deepjson import undecodable
 from kaiwo_ctrl.runtime.names import is_dns1123_label
 from support import eventually
 from support.planes import own_plane
@@ -148,6 +151,11 @@ def catalogue(rng: random.Random) -> list[Case]:
         cases.append(Case(f"name of {length} characters with storage and secret {secret[:20]}...", "KaiwoJob",
                           _name(rng, length), {"storage": _storage(_s3(secret), hf=True)},
                           "runs", extra={"secret": secret}))
+    # unstructured fields nested past what the operator's JSON codec re-encodes (254 levels)
+    for field in ("job", "rayJob"):
+        depth = rng.randint(255, 700)
+        cases.append(Case(f"spec.{field} nested {depth} levels", "KaiwoJob", f"deep-{field.lower()}-{depth}",
+                          {field: {"x": _nested(depth)}}, "failed", f"spec.{field}.x"))
     # past 63 characters the main Job's own name is invalid: the apiserver refuses it
     cases.append(Case("job name over 63 characters, no storage", "KaiwoJob", _name(rng, rng.randint(64, 120)),
                       {"entrypoint": "sleep 1"}, "failed", "is invalid"))
@@ -171,6 +179,12 @@ def kube(plane):
 
 @pytest.fixture
 async def operator(plane, kube, monkeypatch):
+    async with _running_operator(plane, monkeypatch) as mgr:
+        yield mgr
+
+
+@contextlib.asynccontextmanager
+async def _running_operator(plane, monkeypatch):
     from kaiwo_ctrl.operator import build_operator
     from kaiwo_ctrl.runtime.client import Client
     from kaiwo_ctrl.runtime.manager import Manager
@@ -384,3 +398,85 @@ async def test_hostile_queue_config_edits(kube, operator):
     await _settled(kube, [f"{QC_URL}/kaiwo"])
     health = await _health(operator)
     assert health.status_code == 200, health.text
+
+
+# --------------------------------------------------------------- deep nesting
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def _deep_body(name: str, levels: int) -> bytes:
+    """A KaiwoJob whose spec.job.x nests ``levels`` deep, as bytes (no Python
+    or orjson encoder writes 1,100 levels)."""
+    inner = '{"a":' * levels + "1" + "}" * levels
+    return (f'{{"apiVersion":"kaiwo.silogen.ai/v1alpha1","kind":"KaiwoJob","metadata":{{"name":"{name}"}},'
+            f'"spec":{{"user":"hostile@example.com","image":"busybox","job":{{"x":{inner}}}}}}}').encode()
+
+
+def _status_of_deep(kube, ns: str, name: str) -> dict:
+    info = undecodable(kube.get(_url("KaiwoJob", ns, name)).content)
+    assert info is not None
+    return info.stub
+
+
+def _skipped(mgr) -> float:
+    return mgr.metrics.informer_skipped_objects.labels(kind="KaiwoJob")._value.get()
+
+
+async def test_deeply_nested_kaiwojobs_never_stop_the_operator(plane, kube, monkeypatch):
+    """KaiwoJobs nested 300 levels (decodes, cannot be encoded again) and
+    1,100 (cannot be decoded) next to normal ones: the deep ones are left out
+    of the cache and get ERROR naming spec.job.x; the normal ones converge,
+    before and after a restart of the manager with the deep ones present."""
+    ns = f"deep-{uuid.uuid4().hex[:6]}"
+    assert kube.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+    deep = {"deep-300": 300, "deep-1100": 1100}
+    for name, levels in deep.items():
+        r = kube.post(_url("KaiwoJob", ns), content=_deep_body(name, levels), headers={"Content-Type": "application/json"})
+        assert r.status_code == 201, r.text[:300]
+    inner = '{"a":' * 1100 + "1" + "}" * 1100
+    model = ('{"apiVersion":"kubeai.org/v1","kind":"Model","metadata":{"name":"deep-model"},"spec":{"url":"hf://org/m",'
+             f'"engine":"VLLM","features":["TextGeneration"],"envFrom":[{{"x":{inner}}}]}}}}').encode()
+    models = f"/apis/kubeai.org/v1/namespaces/{ns}/models"
+    r = kube.post(models, content=model, headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text[:300]
+    versions = {}
+    async with _running_operator(plane, monkeypatch) as mgr:
+        assert _create(kube, ns, Case("normal", "KaiwoJob", "normal-1", {"entrypoint": "sleep 1"}, "runs")).status_code == 201
+        await eventually(lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/normal-1").status_code == 200,
+                         timeout=60, what="the normal KaiwoJob's Job")
+        for name in deep:
+            def reported(n=name):
+                st = _status_of_deep(kube, ns, n).get("status") or {}
+                msgs = [c.get("message") or "" for c in st.get("conditions") or []]
+                return st.get("status") == "ERROR" and any(m.startswith("spec.job.x.a") and "nested deeper" in m for m in msgs)
+            await eventually(reported, timeout=60, what=f"{name} in ERROR naming spec.job.x")
+            versions[name] = _status_of_deep(kube, ns, name)["metadata"]["resourceVersion"]
+        assert _skipped(mgr) >= 2
+
+        def model_reported():
+            conds = (undecodable(kube.get(f"{models}/deep-model").content).stub.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "ConfigValid" and c["status"] == "False" and c["message"].startswith("spec.envFrom[0].x.a")
+                       for c in conds)
+        await eventually(model_reported, timeout=60, what="the deep Model ConfigValid=False naming spec.envFrom[0].x")
+        assert {f"{ns}/{n}" for n in deep} <= set(mgr.cache.informer(KAIWOJOBS).skipped.seen)
+        assert {o["metadata"]["name"] for o in mgr.cache.informer(KAIWOJOBS).list(ns)} == {"normal-1"}
+        health = await _health(mgr)
+        assert health.status_code == 200, health.text
+    async with _running_operator(plane, monkeypatch) as mgr:  # a start-up with them present
+        informer = mgr.cache.informer(KAIWOJOBS)
+        assert await informer.wait_synced(60), informer.last_error
+        assert _create(kube, ns, Case("normal", "KaiwoJob", "normal-2", {"entrypoint": "sleep 1"}, "runs")).status_code == 201
+        await eventually(lambda: kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/normal-2").status_code == 200,
+                         timeout=60, what="a KaiwoJob created after the restart converges")
+        assert {o["metadata"]["name"] for o in informer.list(ns)} == {"normal-1", "normal-2"}
+        # each deep object left out and counted once (other tests' deep objects may be listed too)
+        assert {k for k in informer.skipped.seen if k.startswith(f"{ns}/")} == {f"{ns}/{n}" for n in deep}
+        assert _skipped(mgr) == len(informer.skipped.seen)
+        # the ERROR is already written: the restarted operator does not write it again
+        assert {n: _status_of_deep(kube, ns, n)["metadata"]["resourceVersion"] for n in deep} == versions

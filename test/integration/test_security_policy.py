@@ -88,7 +88,7 @@ async def test_operator_may_write_only_owned_children(policies, admin, namespace
     op = _headers(True)
     # unowned create: refused, with the policy's message
     r = admin.post(base, json=_cm("foreign", False), headers=op)
-    assert _refused(r, "owned by a KaiwoJob or KaiwoService"), r.text
+    assert _refused(r, "owned by a KaiwoJob, KaiwoService or Model"), r.text
     # owned: create, update and delete allowed
     r = admin.post(base, json=_cm("mine", True), headers=op)
     assert r.status_code == 201, r.text
@@ -160,3 +160,127 @@ async def test_operator_may_change_only_kaiwo_node_labels_and_taints(policies, a
     labels = admin.get(url).json()["metadata"]["labels"]
     assert labels == {"team": "a", "kaiwo/nodepool": "q", "kaiwo/worker": "true"}
     admin.delete(url)
+
+
+def _job(name: str, **meta) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, **meta},
+            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}
+
+
+async def test_owner_is_checked_by_group_and_kind(policies, admin, namespace):
+    """A made-up ownerReference in kaiwo.silogen.ai (or naming our kind in another
+    group) is no owner; KaiwoJob, KaiwoService and Model are."""
+    await _wait_active(admin, namespace)
+    base, op = f"/api/v1/namespaces/{namespace}/configmaps", _headers(True)
+    made_up = [("kaiwo.silogen.ai/v1alpha1", "Anything"), ("kaiwo.silogen.ai/v1", "Secret"),
+               ("evil.example/v1", "KaiwoJob"), ("kaiwo.silogen.ai.evil.example/v1", "KaiwoJob"), ("v1", "Model")]
+    for i, (api_version, kind) in enumerate(made_up):
+        cm = _cm(f"made-up-{i}", False)
+        cm["metadata"]["ownerReferences"] = [{**OWNER, "apiVersion": api_version, "kind": kind}]
+        assert _refused(admin.post(base, json=cm, headers=op)), (api_version, kind)
+    for i, (api_version, kind) in enumerate([("kaiwo.silogen.ai/v1alpha1", "KaiwoService"), ("kubeai.org/v1", "Model")]):
+        cm = _cm(f"real-{i}", False)
+        cm["metadata"]["ownerReferences"] = [{**OWNER, "apiVersion": api_version, "kind": kind}]
+        assert admin.post(base, json=cm, headers=op).status_code == 201, (api_version, kind)
+
+
+async def test_adopted_job_can_be_released_only_while_deleted(policies, admin, namespace):
+    """The finalizer release of webhooks/jobdelete.py, sent as the operator with
+    config/policy applied: allowed on an adopted Job being deleted (which then
+    goes), refused before the delete, on an unlabelled Job, and with any other change."""
+    from kaiwo_ctrl.webhooks.jobdelete import FINALIZER, finalizer_release_ops
+
+    await _wait_active(admin, namespace)
+    jobs, op = f"/apis/batch/v1/namespaces/{namespace}/jobs", _headers(True)
+    json_patch = [("Content-Type", "application/json-patch+json"), *op]
+    adopted = {"labels": {"kaiwo.silogen.ai/managed": "true"}, "finalizers": [FINALIZER]}
+    for name, meta in (("adopted", adopted), ("plain", {"finalizers": [FINALIZER]})):
+        assert admin.post(jobs, json=_job(name, **meta)).status_code == 201
+    # not being deleted: the operator may not release anything
+    for name in ("adopted", "plain"):
+        stored = admin.get(f"{jobs}/{name}").json()
+        assert _refused(admin.patch(f"{jobs}/{name}", json=finalizer_release_ops(stored), headers=json_patch)), name
+    for name in ("adopted", "plain"):
+        assert admin.request("DELETE", f"{jobs}/{name}", json={"propagationPolicy": "Background"}).status_code == 200
+    # being deleted, but the patch changes more than the finalizer: refused
+    stored = admin.get(f"{jobs}/adopted").json()
+    more = [*finalizer_release_ops(stored), {"op": "add", "path": "/metadata/labels/stolen", "value": "yes"}]
+    assert _refused(admin.patch(f"{jobs}/adopted", json=more, headers=json_patch))
+    # an unlabelled Job is not adopted: refused
+    plain = admin.get(f"{jobs}/plain").json()
+    assert _refused(admin.patch(f"{jobs}/plain", json=finalizer_release_ops(plain), headers=json_patch))
+    # the release itself: allowed, and the Job is gone
+    r = admin.patch(f"{jobs}/adopted", json=finalizer_release_ops(stored), headers=json_patch)
+    assert r.status_code == 200, r.text
+    await eventually(lambda: admin.get(f"{jobs}/adopted").status_code == 404, timeout=30, what="the adopted Job deleted")
+    admin.patch(f"{jobs}/plain", json={"metadata": {"finalizers": None}}, headers={"Content-Type": "application/merge-patch+json"})
+
+
+def _pod(name: str, owner: dict | None = None, **spec) -> dict:
+    meta: dict = {"name": name, **({"ownerReferences": [owner]} if owner else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "c", "image": "i"}], **spec}}
+
+
+MODEL_OWNER = {"apiVersion": "kubeai.org/v1", "kind": "Model", "name": "m", "uid": "00000000-0000-0000-0000-000000000002",
+               "controller": True}
+
+
+async def test_operator_may_write_only_model_pods(policies, admin, namespace):
+    await _wait_active(admin, namespace)
+    pods, op = f"/api/v1/namespaces/{namespace}/pods", _headers(True)
+    refused = {
+        "unowned": _pod("unowned"),
+        "owned-by-kaiwojob": _pod("owned-by-kaiwojob", OWNER),
+        "model-not-controller": _pod("model-not-controller", {**MODEL_OWNER, "controller": False}),
+        "made-up-model": _pod("made-up-model", {**MODEL_OWNER, "apiVersion": "kaiwo.silogen.ai/v1"}),
+        "host-network": _pod("host-network", MODEL_OWNER, hostNetwork=True),
+        "host-pid": _pod("host-pid", MODEL_OWNER, hostPID=True),
+        "privileged": _pod("privileged", MODEL_OWNER, containers=[{"name": "c", "image": "i", "securityContext": {"privileged": True}}]),
+    }
+    for label, pod in refused.items():
+        assert _refused(admin.post(pods, json=pod, headers=op), "kaiwo-ctrl may"), label
+    r = admin.post(pods, json=_pod("model-server", MODEL_OWNER), headers=op)
+    assert r.status_code == 201, r.text
+    merge = [("Content-Type", "application/merge-patch+json"), *op]
+    assert admin.patch(f"{pods}/model-server", json={"metadata": {"labels": {"adapter.kubeai.org/a": "a"}}}, headers=merge).status_code == 200
+    assert admin.delete(f"{pods}/model-server", headers=op).status_code == 200
+    # someone else's Pod: the operator can neither label nor delete it
+    assert admin.post(pods, json=_pod("users")).status_code == 201
+    assert _refused(admin.patch(f"{pods}/users", json={"metadata": {"labels": {"x": "y"}}}, headers=merge))
+    assert _refused(admin.delete(f"{pods}/users", headers=op))
+
+
+def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy", **rule) -> dict:
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, **({"ownerReferences": [owner]} if owner else {})},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": "gateways"}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                                "backendRefs": [{"name": backend, "namespace": "kaiwo-system", "port": 80}], **rule}]}}
+
+
+async def test_operator_routes_reach_only_their_own_namespace(policies, admin, namespace):
+    """What aim/routes.py writes passes; a route in this namespace aimed at another
+    namespace's Models, rewritten, sent elsewhere or not owned by a Model is refused."""
+    from kaiwo_ctrl.aim.routes import desired_route
+
+    await _wait_active(admin, namespace)
+    routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)
+    model = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m", "namespace": namespace, "uid": MODEL_OWNER["uid"]}}
+    config = {"metadata": {"name": "aim", "namespace": namespace}, "spec": {"gateway": {"name": "gw", "namespace": "gateways"}}}
+    ours = desired_route(model, config, "kaiwo-system")
+    r = admin.post(routes, json=ours, headers=op)
+    assert r.status_code == 201, r.text
+    rewrite = {"filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/other/m"}}}]}
+    hostile = {
+        "other namespace": _route(namespace, "r1", "/other-tenant/m"),
+        "prefix of another name": _route(namespace, "r2", f"/{namespace}x/m"),
+        "everything": _route(namespace, "r3", "/"),
+        "rewritten": _route(namespace, "r4", f"/{namespace}/m", **rewrite),
+        "another backend": _route(namespace, "r5", f"/{namespace}/m", backend="kubernetes"),
+        "not owned": _route(namespace, "r6", f"/{namespace}/m", owner=None),
+        "owned by a KaiwoJob": _route(namespace, "r7", f"/{namespace}/m", owner=OWNER),
+    }
+    for label, route in hostile.items():
+        assert _refused(admin.post(routes, json=route, headers=op), "kaiwo-ctrl may only"), label
+    assert admin.delete(f"{routes}/{ours['metadata']['name']}", headers=op).status_code == 200

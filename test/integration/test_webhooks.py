@@ -22,6 +22,7 @@ import ssl
 import time
 import uuid
 
+import httpx
 import pytest
 from cryptography import x509
 
@@ -371,6 +372,118 @@ async def test_certificate_rotation_loses_no_request(serving, admin):
     for _ in range(10):  # and after the rotation, requests keep reaching the webhooks
         refused_by_webhook(submit(admin, "KaiwoJob", bad), "validate-kaiwojob.kaiwo.silogen.ai")
     print(f"{calls} admission requests across a certificate rotation, none lost")
+
+
+@pytest.mark.parametrize("levels", [150, 300, 1100])
+async def test_deep_nesting_is_refused_at_admission(serving, admin, levels):
+    """Unstructured fields (spec.job) may nest only 100 levels: deeper is refused
+    naming the field. At 1,100 levels the review cannot even be decoded; the
+    server used to answer 400 then, which the API server takes as a failure of
+    a fail-open webhook, i.e. admission."""
+    inner = '{"a":' * levels + "1" + "}" * levels
+    body = ('{"apiVersion":"kaiwo.silogen.ai/v1alpha1","kind":"KaiwoJob","metadata":{"name":"deep"},'
+            f'"spec":{{"user":"u","image":"busybox","job":{{"x":{inner}}}}}}}').encode()
+    r = admin.post(kaiwojob_url("default"), content=body, params=DRY, headers={"Content-Type": "application/json"})
+    message = refused_by_webhook(r, "validate-kaiwojob.kaiwo.silogen.ai")
+    assert "spec.job.x.a" in message and "must not nest deeper than 100 levels" in message, message
+
+
+# ------------------------------------------------- forged reviews
+
+
+def forge(op: OperatorProcess, path: str, request: dict) -> dict:
+    """POST an AdmissionReview straight to the webhook port, as any Pod that
+    reaches the Service could (the API server is not involved)."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": str(uuid.uuid4()), "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+                          "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                          "userInfo": {"username": "system:serviceaccount:team-a:default"}, **request}}
+    r = httpx.post(f"https://127.0.0.1:{op.webhook_port}{path}", json=review, verify=False, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["response"]
+
+
+async def logged(op: OperatorProcess, *parts: str) -> None:
+    def found() -> bool:
+        return any(all(p in line for p in parts) for line in op.log_text().splitlines())
+    await eventually(found, timeout=30, what=f"operator log line with {parts}")
+
+
+async def test_forged_delete_reviews_release_and_delete_nothing(serving, admin):
+    """Six forged DELETE reviews of another tenant's adopted Job: each is
+    checked against the API server, which shows the Job alive, so its finalizer
+    and its KaiwoJob stay."""
+    victim = new_namespace(admin)
+    job = admin.post(jobs_url(victim), json=job_body("x", {MANAGED: "true"})).json()
+    await eventually(lambda: exists(admin, kaiwojob_url(victim, "x")), what="tracking KaiwoJob")
+    uid, path = job["metadata"]["uid"], "/validate-batch-v1-job"
+    stored = admin.get(jobs_url(victim, "x")).json()
+    wrong = {**stored, "metadata": {**stored["metadata"], "uid": str(uuid.uuid4())}}
+    stamped = {**stored, "metadata": {**stored["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    cases = [stored, wrong, stamped, {**stored, "metadata": {**stored["metadata"], "uid": ""}},
+             {**stored, "metadata": {**stored["metadata"], "name": "no-such-job"}}, {}]
+    for old in cases:
+        resp = forge(serving, path, {"operation": "DELETE", "namespace": victim, "name": "x", "oldObject": old})
+        assert resp["allowed"] is True, resp  # a DELETE is never refused; it just does nothing
+    await logged(serving, "does not show being deleted", uid)
+    await logged(serving, "is not the one being deleted", wrong["metadata"]["uid"])
+    after = admin.get(jobs_url(victim, "x")).json()
+    assert after["metadata"]["uid"] == uid and not after["metadata"].get("deletionTimestamp")
+    assert FINALIZER in after["metadata"]["finalizers"]
+    assert exists(admin, kaiwojob_url(victim, "x"))
+    # the control: a real delete still releases the finalizer and deletes the KaiwoJob
+    delete(admin, jobs_url(victim, "x"))
+    await eventually(lambda: not exists(admin, jobs_url(victim, "x")), what="Job gone (finalizer released)")
+    await eventually(lambda: not exists(admin, kaiwojob_url(victim, "x")), what="tracking KaiwoJob deleted")
+
+
+LOCALQUEUES = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/localqueues"
+
+
+async def test_forged_create_reviews_make_no_local_queue(serving, admin):
+    """Forged CREATE reviews of Jobs that will never be stored: the open queue
+    ('kaiwo') is allowed but nothing is made; the restricted one ('team-only',
+    namespaces: [team-namespace]), one not listed and one without a ClusterQueue
+    are refused, naming the label."""
+    ns = new_namespace(admin)
+    path = "/mutate-batch-v1-job"
+    qc = admin.get(f"{KAIWO}/kaiwoqueueconfigs/kaiwo").json()
+    entries = qc["spec"]["clusterQueues"]
+    if not any(e["name"] == "listed-no-cq" for e in entries):
+        r = admin.patch(f"{KAIWO}/kaiwoqueueconfigs/kaiwo", json={"spec": {"clusterQueues": entries + [
+            {"name": "listed-no-cq", "spec": {}}]}}, headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+    refused = {"team-only": "use one of these namespaces", "not-in-config": "is not listed in the KaiwoQueueConfig"}
+    for queue, why in refused.items():
+        body = job_body(f"forged-{queue}", {MANAGED: "true", "kueue.x-k8s.io/queue-name": queue})
+        resp = forge(serving, path, {"operation": "CREATE", "namespace": ns, "name": body["metadata"]["name"], "object": body})
+        assert resp["allowed"] is False, resp
+        assert "metadata.labels[kueue.x-k8s.io/queue-name]" in resp["status"]["message"] and why in resp["status"]["message"]
+    body = job_body("forged-open", {MANAGED: "true"})
+    resp = forge(serving, path, {"operation": "CREATE", "namespace": ns, "name": "forged-open", "object": body})
+    assert resp["allowed"] is True and resp.get("patch"), resp
+    # the old handler made the LocalQueue before answering; now only a stored Job makes one
+    assert admin.get(LOCALQUEUES.format(ns=ns)).json()["items"] == []
+    assert admin.post(jobs_url(ns), json=job_body("real", {MANAGED: "true"})).status_code == 201
+    await eventually(lambda: exists(admin, f"{LOCALQUEUES.format(ns=ns)}/kaiwo"), what="LocalQueue of a stored Job")
+    assert [q["metadata"]["name"] for q in admin.get(LOCALQUEUES.format(ns=ns)).json()["items"]] == ["kaiwo"]
+
+
+async def test_queue_label_cannot_borrow_another_teams_queue(serving, admin):
+    """Through the API server: a Job in namespace C labelled with a queue whose
+    KaiwoQueueConfig entry lists only other namespaces is refused, as a
+    KaiwoJob would be, and no LocalQueue appears in C."""
+    ns = new_namespace(admin)
+    r = admin.post(jobs_url(ns), json=job_body("borrow", {MANAGED: "true", "kueue.x-k8s.io/queue-name": "team-only"}))
+    message = refused_by_webhook(r, "mutate-jobs.kaiwo.silogen.ai")
+    assert "metadata.labels[kueue.x-k8s.io/queue-name]: cluster queue team-only defines one or more namespaces" in message
+    assert not exists(admin, jobs_url(ns, "borrow"))
+    assert admin.get(LOCALQUEUES.format(ns=ns)).json()["items"] == []
+    kj = {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob", "metadata": {"name": "borrow"},
+          "spec": {**WORKLOAD, "clusterQueue": "team-only"}}
+    assert admin.post(kaiwojob_url(ns), json=kj).status_code == 201
+    st = await wait_status(admin, "KaiwoJob", ns, "borrow", "ERROR", timeout=60)
+    assert "WrongQueueNamespace" in str(st), st  # the same rule, reported on the KaiwoJob
 
 
 def workload_body(kind: str, name: str, spec: dict) -> dict:

@@ -113,7 +113,11 @@ def test_leader_election_role(default):
                      ("", "events", ()): {"create", "patch"},
                      ("", "configmaps", ()): {"get", "create", "patch"},  # the autoscaler's state
                      # the webhook certificate Secret, in the operator's own namespace only
-                     ("", "secrets", ()): {"get", "list", "watch", "create", "update"}}
+                     ("", "secrets", ()): {"get", "list", "watch", "create", "update"},
+                     # ReferenceGrants are only made here, never cluster-wide
+                     ("gateway.networking.k8s.io", "referencegrants", ()): {"list", "watch", "create", "patch", "delete"}}
+    cluster = one(default, "ClusterRole", "kaiwo-manager-role")
+    assert not any("referencegrants" in rule["resources"] for rule in cluster["rules"])
 
 
 def test_manager_deployment(default):

@@ -32,6 +32,10 @@ class AutoscalerConfig:
     state_configmap: str = "kaiwo-autoscaler-state"
     #: the proxy replicas run with --metrics-secure: scrape over TLS with this Pod's token
     secure_peers: bool = False
+    #: CA that the replicas' metrics certificates must verify against (secure_peers); without it no token is sent
+    peer_ca_file: str = ""
+    #: name the replicas' certificates must carry ("" = chain only)
+    peer_server_name: str = ""
     namespace: str = "kaiwo-system"
 
 
@@ -126,9 +130,11 @@ class Autoscaler:
         peers = self.peers()
         if not peers:
             return
-        active = await scrape_active(session, peers, secure=self.config.secure_peers)
+        active = await scrape_active(session, peers, secure=self.config.secure_peers, ca_file=self.config.peer_ca_file,
+                                     server_name=self.config.peer_server_name)
         if active is None:
-            log.info("autoscaler skipped a tick: a proxy replica could not be scraped", extra={"peers": peers})
+            log.info("autoscaler skipped a tick: a proxy replica could not be scraped (with --metrics-secure, peers are "
+                     "scraped only with --autoscaler-peer-ca-file)", extra={"peers": peers})
             return
         self.ticks += 1
         seen = set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,24 +44,44 @@ def parse_active(text: str) -> dict[str, float]:
     return out
 
 
+def peer_ssl_context(ca_file: str, server_name: str = "") -> ssl.SSLContext:
+    """Verifies a peer's certificate chain against ``ca_file``; its name too
+    when ``server_name`` is given (peers are addressed by Pod IP)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = bool(server_name)
+    return ctx
+
+
 #: The Pod's ServiceAccount token: what a replica with ``--metrics-secure`` accepts.
 TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 async def scrape_active(
-    session: aiohttp.ClientSession, peers: list[str], timeout: float = 5.0, *, secure: bool = False, token_file: str = TOKEN_FILE
+    session: aiohttp.ClientSession,
+    peers: list[str],
+    timeout: float = 5.0,
+    *,
+    secure: bool = False,
+    token_file: str = TOKEN_FILE,
+    ca_file: str = "",
+    server_name: str = "",
 ) -> dict[str, float] | None:
     """Summed active requests per Model, or None when any peer could not be read.
 
     ``secure``: the replicas serve ``/metrics`` over TLS to authorised bearer
     tokens only (``--metrics-secure``), so the scrape sends this Pod's token
-    (re-read every time: the kubelet rotates it). Their certificates are
-    self-signed per replica, so they are not verified; the peers are the
-    operator's own Ready Pods in its own namespace.
+    (re-read every time: the kubelet rotates it) - but only to a peer whose
+    certificate verifies against ``ca_file`` (and, if given, names
+    ``server_name``): a token is the operator's ServiceAccount, never sent to
+    whoever answers at a Pod IP. Without ``ca_file`` nothing is sent (None).
     """
-    scheme, headers, ssl = "http", {}, True  # ssl is unused for plain http
+    scheme, headers, ssl_ctx, hostname = "http", {}, None, None
     if secure:
-        scheme, ssl = "https", False
+        if not ca_file:
+            return None
+        scheme, ssl_ctx = "https", peer_ssl_context(ca_file, server_name)
+        hostname = server_name or None
         try:
             with open(token_file) as f:
                 headers["Authorization"] = f"Bearer {f.read().strip()}"
@@ -69,7 +90,8 @@ async def scrape_active(
 
     async def one(addr: str) -> dict[str, float]:
         async with session.get(
-            f"{scheme}://{addr}/metrics", headers=headers, ssl=ssl, timeout=aiohttp.ClientTimeout(total=timeout)
+            f"{scheme}://{addr}/metrics", headers=headers, ssl=ssl_ctx if ssl_ctx is not None else True,
+            server_hostname=hostname, timeout=aiohttp.ClientTimeout(total=timeout),
         ) as r:
             r.raise_for_status()
             return parse_active(await r.text())

@@ -23,7 +23,7 @@ import uuid
 import httpx
 import pytest
 
-from e2e.conftest import get, wait_for
+from e2e.conftest import forbidden_lines, get, wait_for
 from e2e.test_kueue_admission import GPU, KAIWO, KAIWO_CONFIG, KUEUE, QUEUE_CONFIG, condition
 
 pytestmark = pytest.mark.e2e
@@ -185,8 +185,10 @@ def test_replicas_past_quota_wait_with_kueues_message_and_admitted_ones_serve(te
     wait_for(lambda: condition(model(admin, "chat-a"), "QuotaReserved").get("status") == "True", 60, "QuotaReserved=True")
 
     # a higher priority than the Model's, or the Model's new replica would preempt it
+    t_job = time.monotonic()
     job = submit_job(admin, "team-a-train", "team-a", priority=HIGH)
     wait_for(lambda: job_status(admin, job) in ("STARTING", "RUNNING"), 90, "the team-A KaiwoJob admitted")
+    FIGURES["peer_kaiwojob_submit_to_started_s"] = time.monotonic() - t_job
     t0 = time.monotonic()
     scale(admin, "chat-a", 2)
 
@@ -254,6 +256,28 @@ def test_high_priority_job_preempts_a_model_replica_which_returns(teams):
     assert condition(model(admin, "chat-a"), "QuotaReserved").get("status") == "True"
 
 
+def test_high_priority_model_preempts_a_low_priority_job(teams):
+    """The other way round: a Model replica of higher priority takes the quota of a running KaiwoJob."""
+    admin = teams
+    scale(admin, "chat-b", 0)
+    wait_for(lambda: not model_pods(admin, "chat-b"), 90, "chat-b at 0 Pods")
+    create_model(admin, "urgent-b", {"kueue.x-k8s.io/queue-name": "team-b", "kueue.x-k8s.io/priority-class": HIGH}, replicas=0)
+    job = submit_job(admin, "team-b-low", "team-b", gpus=4, priority=LOW)
+    wait_for(lambda: job_status(admin, job) in ("STARTING", "RUNNING"), 90, "the low-priority team-B KaiwoJob admitted")
+    scale(admin, "urgent-b", 1)
+    wait_for(lambda: (model(admin, "urgent-b").get("status") or {}).get("replicas", {}).get("ready") == 1, 90,
+             "the high-priority Model replica admitted and Ready")
+
+    def job_preempted():
+        wls = [w for w in get(admin, f"{KUEUE}/namespaces/{NS}/workloads")["items"] if w["metadata"]["name"].startswith(f"job-{job}-")]
+        ev = condition(wls[0], "Evicted") if wls else {}
+        return ev.get("status") == "True" and ev
+    assert wait_for(job_preempted, 60, "Kueue to evict the KaiwoJob's Workload")["reason"] == "Preempted"
+    wait_for(lambda: job_status(admin, job) == "PENDING", 90, "the preempted KaiwoJob PENDING")
+    scale(admin, "urgent-b", 0)
+    wait_for(lambda: job_status(admin, job) == "COMPLETE", 240, "the preempted KaiwoJob runs again and completes")
+
+
 def test_model_without_queue_runs_outside_kueue(teams):
     admin = teams
     create_model(admin, "plain", {}, profile="cpu:1")
@@ -285,3 +309,8 @@ def test_inference_pool_follows_the_model(teams):
         cfg["spec"]["models"]["inferencePools"] = False
         admin.put(KAIWO_CONFIG, json=cfg)
     wait_for(lambda: get(admin, f"{POOLS}/chat-a") is None, 60, "pools removed when the key is off")
+
+
+def test_no_forbidden_in_operator_log(operator):
+    """The Model controller's new reads and writes (Workloads, LocalQueues, InferencePools) are all granted."""
+    assert not forbidden_lines(operator.text())

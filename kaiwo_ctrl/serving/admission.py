@@ -39,6 +39,8 @@ LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 LABEL_PRIORITY_CLASS = "kueue.x-k8s.io/priority-class"
 ANNOTATION_CLUSTER_QUEUE = "kaiwo.silogen.ai/cluster-queue"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
+#: Kueue's pod webhook marks each Pod it manages with this label ("true").
+LABEL_MANAGED = "kueue.x-k8s.io/managed"
 IDX_OWNER_POD = "owner-pod"
 #: Workload uids whose preemption was already reported as an event (bounded).
 PREEMPTED_MEMORY = 4096
@@ -92,18 +94,28 @@ def quota(pods: list[dict[str, Any]], workload_of: Any) -> Quota:
     live Pod waits for admission (pure; ``workload_of(pod)`` reads the cache)."""
     waiting: list[str] = []
     preempted: list[tuple[str, str]] = []
+    unmanaged = 0
     for pod in pods:
         wl = workload_of(pod)
         evicted = find_condition(((wl or {}).get("status") or {}).get("conditions") or [], "Evicted")
         if evicted and evicted.get("status") == "True" and evicted.get("reason") == "Preempted":
             preempted.append(((wl or {}).get("metadata", {}).get("uid", ""), str(evicted.get("message") or "")))
-        if pod["metadata"].get("deletionTimestamp") or not is_gated(pod):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        if (pod["metadata"].get("labels") or {}).get(LABEL_MANAGED) != "true":
+            unmanaged += 1
+        if not is_gated(pod):
             continue
         reserved = find_condition(((wl or {}).get("status") or {}).get("conditions") or [], "QuotaReserved")
         waiting.append(str((reserved or {}).get("message") or "waiting for Kueue to create the Workload"))
     if waiting:
         msg = f"{len(waiting)} replica(s) wait for quota: {waiting[0]}"
         return Quota("False", "Pending", msg, len(waiting), tuple(preempted))
+    if unmanaged:
+        # the queue label is on, yet Kueue's webhook did not take the Pod: it runs outside quota
+        msg = (f"{unmanaged} server Pod(s) not managed by Kueue: enable the pod integration in Kueue's "
+               "Configuration (integrations.frameworks) and let its webhooks select this namespace")
+        return Quota("Unknown", "NotManagedByKueue", msg, 0, tuple(preempted))
     return Quota("True", "QuotaReserved", "every replica is admitted", 0, tuple(preempted))
 
 

@@ -285,7 +285,7 @@ class ModelReconciler:
             if q.status == "True":
                 self.events.normal(model, "QuotaReserved", q.message)
             else:
-                self.events.warning(model, "QuotaPending", q.message[:1024])
+                self.events.warning(model, "QuotaPending" if q.reason == "Pending" else q.reason, q.message[:1024])
         return q
 
     def _priority_class_missing(self, model: dict) -> bool:

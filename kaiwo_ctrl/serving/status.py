@@ -10,7 +10,9 @@ explain what the controller is doing:
 * ``Ready``: True when at least ``spec.replicas`` Pods are Ready.
 * ``QuotaReserved``: only for a Model under Kueue (:mod:`.admission`); False
   with Kueue's message while a replica waits for quota (or its LocalQueue
-  cannot be made), True when every replica is admitted.
+  cannot be made), True when every replica is admitted, Unknown
+  (``NotManagedByKueue``) when Kueue's webhook did not take the Pods (its pod
+  integration is off), so they run outside any quota.
 
 ``replicas.all`` counts live Pods (not failed, not being deleted), unlike
 KubeAI which counts failed and terminating Pods too [quirk]. ``replicas.ready``

@@ -7,6 +7,7 @@ import pytest
 from kaiwo_ctrl.serving.admission import (
     ADMISSION_GATE,
     ANNOTATION_CLUSTER_QUEUE,
+    LABEL_MANAGED,
     LABEL_PRIORITY_CLASS,
     LABEL_QUEUE_NAME,
     index_owner_pod,
@@ -29,8 +30,8 @@ def model(labels=None, annotations=None, **spec) -> dict:
     return {"metadata": meta, "spec": base}
 
 
-def pod(name: str, *, gated: bool = False, ready: bool = False, deleting: bool = False) -> dict:
-    meta: dict = {"name": name, "namespace": "ns", "labels": {"model": "m"}}
+def pod(name: str, *, gated: bool = False, ready: bool = False, deleting: bool = False, managed: bool = True) -> dict:
+    meta: dict = {"name": name, "namespace": "ns", "labels": {"model": "m", **({LABEL_MANAGED: "true"} if managed else {})}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     spec = {"schedulingGates": [{"name": ADMISSION_GATE}]} if gated else {"nodeName": "n1"}
@@ -107,6 +108,14 @@ def test_all_admitted_is_true_and_preemption_is_reported():
     q = quota(pods, lambda p: wls.get(p["metadata"]["name"]))
     assert (q.status, q.reason) == ("True", "QuotaReserved")
     assert q.preempted == (("wb", evicted["message"]),)
+
+
+def test_pod_kueue_did_not_take_is_reported_not_called_admitted():
+    q = quota([pod("a", ready=True), pod("b", ready=True, managed=False)], lambda p: None)
+    assert (q.status, q.reason) == ("Unknown", "NotManagedByKueue")
+    assert "integrations.frameworks" in q.message
+    # a waiting replica still wins: that is what users need to know first
+    assert quota([pod("a", managed=False), pod("b", gated=True)], lambda p: None).status == "False"
 
 
 def test_replicas_count_only_admitted_ready_pods():

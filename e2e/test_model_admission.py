@@ -256,6 +256,23 @@ def test_high_priority_job_preempts_a_model_replica_which_returns(teams):
     assert condition(model(admin, "chat-a"), "QuotaReserved").get("status") == "True"
 
 
+def test_rollout_under_full_quota_completes(teams):
+    """Team A's quota is exactly the Model's two replicas: the surge Pod can only be
+    admitted once an old Pod gives its quota back, so the rollout makes room one at a time."""
+    admin = teams
+    old = {p["metadata"]["name"] for p in model_pods(admin, "chat-a")}
+    assert len(old) == 2
+    r = admin.patch(f"{MODELS}/chat-a", json={"spec": {"env": {"ROLLOUT": "1"}}},
+                    headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+
+    def rolled():
+        pods = model_pods(admin, "chat-a")
+        return len(pods) == 2 and not old & {p["metadata"]["name"] for p in pods} and all(ready(p) and not gated(p) for p in pods)
+    wait_for(rolled, 180, "both replicas replaced within team A's quota")
+    wait_for(lambda: condition(model(admin, "chat-a"), "QuotaReserved").get("status") == "True", 60, "QuotaReserved=True")
+
+
 def test_high_priority_model_preempts_a_low_priority_job(teams):
     """The other way round: a Model replica of higher priority takes the quota of a running KaiwoJob."""
     admin = teams

@@ -78,6 +78,12 @@ def index_owner_pod(wl: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def pending(wl: Mapping[str, Any] | None) -> bool:
+    """Kueue tried the Workload and found no quota for it."""
+    cond = find_condition(((wl or {}).get("status") or {}).get("conditions") or [], "QuotaReserved") or {}
+    return cond.get("status") == "False" and cond.get("reason") == "Pending"
+
+
 @dataclass(frozen=True)
 class Quota:
     """What the QuotaReserved condition says; ``preempted``: Workloads evicted by preemption."""
@@ -141,6 +147,10 @@ class KueueAdmission:
         meta = pod.get("metadata") or {}
         wls = self.workloads.by_index(IDX_OWNER_POD, f"{meta.get('namespace')}/{meta.get('name')}")
         return wls[0] if wls else None
+
+    def blocked(self, pods: list[dict[str, Any]]) -> frozenset[str]:
+        """Gated Pods whose Workload Kueue left pending for quota."""
+        return frozenset(p["metadata"]["name"] for p in pods if is_gated(p) and pending(self.workload_of(p)))
 
     def quota(self, pods: list[dict[str, Any]]) -> Quota:
         return quota(pods, self.workload_of)

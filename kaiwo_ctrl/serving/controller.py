@@ -340,7 +340,7 @@ class ModelReconciler:
 
     async def _execute(self, key: str, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
         replicas = (model.get("spec") or {}).get("replicas") or 0
-        p = plan(pods, desired.hash, replicas, surge)
+        p = plan(pods, desired.hash, replicas, surge, self.kueue.blocked(pods))
         if p.empty:
             return pods
         meta = model["metadata"]

@@ -57,7 +57,9 @@ def teams(operator, kubectl, admin):
     """The queue config gains team-a and team-b (4 GPUs each) and two priorities."""
     from e2e.conftest import ROOT
 
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+    sample = str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml")
+    # the operator creates its default queue config at start-up: an apply racing it gets AlreadyExists once
+    wait_for(lambda: kubectl("apply", "-f", sample, check=False).returncode == 0, 60, "the sample queue config applied")
     def add_teams() -> bool:
         """GET and PUT until the write lands (the operator writes the queue config too)."""
         qc = get(admin, QUEUE_CONFIG)
@@ -314,6 +316,10 @@ def test_inference_pool_follows_the_model(teams):
         assert pool["spec"]["selector"]["matchLabels"] == {"app": "model", "model": "plain"}
         assert pool["spec"]["targetPorts"] == [{"number": 8000}]
         assert pool["metadata"]["ownerReferences"][0]["name"] == "plain"
+        r = admin.patch(f"{POOLS}/plain", json={"spec": {"targetPorts": [{"number": 9999}]}},
+                        headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: get(admin, f"{POOLS}/plain")["spec"]["targetPorts"] == [{"number": 8000}], 60, "a hand edit of the pool repaired")
         r = admin.patch(f"{MODELS}/plain", json={"metadata": {"annotations": {"kaiwo.silogen.ai/endpoint-picker": "shared-epp:9100"}}},
                         headers={"Content-Type": "application/merge-patch+json"})
         assert r.status_code == 200, r.text

@@ -174,3 +174,24 @@ def test_pool_drift_is_detected():
     wider = {**want, "spec": {**want["spec"], "selector": {"matchLabels": {"app": "model"}}}}
     assert not up_to_date(wider, want)
     assert not up_to_date({**want, "spec": {**want["spec"], "targetPorts": [{"number": 9000}]}}, want)
+
+
+def test_pending_means_kueue_found_no_quota():
+    from kaiwo_ctrl.serving.admission import pending
+
+    assert pending(workload("p", QuotaReserved={"status": "False", "reason": "Pending", "message": "no quota"}))
+    assert not pending(workload("p", QuotaReserved={"status": "True", "reason": "QuotaReserved"}))
+    assert not pending(workload("p")) and not pending(None)
+
+
+def test_render_shows_the_queue_a_model_names():
+    import io
+
+    from kaiwo_ctrl.serving.render import render
+
+    doc = {"apiVersion": "kubeai.org/v1", "kind": "Model",
+           "metadata": {"name": "m", "labels": {LABEL_QUEUE_NAME: "team-a", LABEL_PRIORITY_CLASS: "low"}},
+           "spec": {"url": "hf://org/repo", "engine": "VLLM", "features": [], "resourceProfile": "cpu:1", "replicas": 1}}
+    pods = [o for o in render([doc], parse_config(None), note=io.StringIO()) if o["kind"] == "Pod"]
+    assert pods and pods[0]["metadata"]["labels"][LABEL_QUEUE_NAME] == "team-a"
+    assert pods[0]["metadata"]["labels"][LABEL_PRIORITY_CLASS] == "low"

@@ -45,6 +45,13 @@ async def build_operator(
     # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
     source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)
     serving.setup(mgr, source)
+    from kaiwo_ctrl.serving import inferencepool
+
+    # one InferencePool per Model (KaiwoConfig spec.models.inferencePools) needs the Inference Extension's CRD
+    if await inferencepool.served(mgr):
+        inferencepool.setup(mgr)
+    else:
+        log.info("InferencePool (inference.networking.k8s.io/v1) not served: KaiwoConfig spec.models.inferencePools has no effect")
     if webhooks is None:
         return None
     import dataclasses

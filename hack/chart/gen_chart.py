@@ -162,6 +162,7 @@ def _args(args: list[str]) -> list[str]:
                     "{{- else }}", "- --proxy-bind-address=0", "{{- end }}"]
         elif flag == "--webhook-bind-address":
             out += ["{{- if .Values.webhooks.enabled }}", "- --webhook-bind-address=:{{ .Values.webhooks.port }}",
+                    "{{- if .Values.webhooks.certManager.enabled }}", "- --webhook-cert-source=secret", "{{- end }}",
                     "{{- end }}"]
         else:
             out.append(f"- {a}")

@@ -249,3 +249,28 @@ def test_kubeai_values_file_becomes_the_model_config(helm, tmp_path):
     assert config.autoscaling_interval == 15 and config.autoscaling_state_configmap == "kubeai-autoscaler-state"
     assert "nvidia-gpu-l4" in config.resource_profiles and "cpu" in config.resource_profiles
     assert config.secret_names["huggingface"] == "my-hf-token"
+
+
+def test_cert_manager_issues_the_certificate_the_operator_serves(helm):
+    from kaiwo_ctrl.webhooks import WebhookOptions
+
+    docs = helm_template(helm, "--set", "webhooks.certManager.enabled=true", "--namespace", "ops")
+    _, _, c = _deployment(docs)
+    assert "--webhook-cert-source=secret" in c["args"]
+    objs = by_key(docs)
+    cert = objs[("Certificate", "kaiwo-webhook-server-cert")]["spec"]
+    want = WebhookOptions(namespace="ops")  # the operator's defaults: Secret name and the names it is called at
+    assert cert["secretName"] == want.secret_name
+    assert tuple(cert["dnsNames"]) == want.tls().dns_names
+    assert cert["issuerRef"] == {"name": "kaiwo-webhook-ca", "kind": "Issuer"}
+    assert objs[("Issuer", "kaiwo-webhook-ca")]["spec"] == {"ca": {"secretName": "kaiwo-webhook-ca"}}
+    assert objs[("Certificate", "kaiwo-webhook-ca")]["spec"]["isCA"] is True
+    own = helm_template(helm, "--set", "webhooks.certManager.enabled=true,webhooks.certManager.issuerRef.name=corp-ca,"
+                                      "webhooks.certManager.issuerRef.kind=ClusterIssuer")
+    kinds = by_key(own)
+    assert kinds[("Certificate", "kaiwo-webhook-server-cert")]["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    assert ("Issuer", "kaiwo-webhook-ca") not in kinds
+    # self-managed (the default): no cert-manager objects, no flag
+    default = helm_template(helm)
+    assert not [d for d in default if d["apiVersion"].startswith("cert-manager.io")]
+    assert "--webhook-cert-source=secret" not in _deployment(default)[2]["args"]

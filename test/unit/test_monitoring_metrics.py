@@ -26,7 +26,7 @@ MONITORING = ROOT / "config" / "monitoring"
 DOCUMENTED = {
     # Prometheus: 1 when the last scrape of a target succeeded
     "up",
-    # Kueue (controller manager /metrics, its reference "Prometheus metrics" page)
+    # Kueue (controller manager /metrics; names and labels as in Kueue v0.19.2 pkg/metrics/metrics.go)
     "kueue_admission_wait_time_seconds_bucket",  # histogram by cluster_queue: creation/requeue -> admission
     "kueue_evicted_workloads_total",  # counter by cluster_queue and reason (Preempted, PodsReadyTimeout, ...)
     "kueue_pending_workloads",  # gauge by cluster_queue and status (active, inadmissible)

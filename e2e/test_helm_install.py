@@ -149,7 +149,13 @@ def test_dashboard_series_are_exported(release, admin):
         return r.status_code == 200 and 'kaiwo_workloads{kind="KaiwoJob"' in r.text and r.text
 
     text = wait_for(scraped, 60, "an authorized scrape with kaiwo_workloads")
-    assert 'kaiwo_model_replicas{model_namespace="kaiwo-samples"' in text and "controller_runtime_reconcile_total" in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    desired = samples.get(("kaiwo_model_replicas", (("model_name", "qwen2-500m-cpu"), ("model_namespace", NS), ("state", "desired"))))
+    assert desired == 1.0, sorted(k for k in samples if k[0] == "kaiwo_model_replicas")
+    jobs = sum(v for (name, labels), v in samples.items() if name == "kaiwo_workloads" and ("kind", "KaiwoJob") in labels)
+    assert jobs == 1.0  # hello-job, in whichever phase it is now
 
 
 def test_no_forbidden_in_operator_log(release):

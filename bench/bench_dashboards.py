@@ -14,7 +14,9 @@ kaiwo-ctrl installed by its Helm chart, scraped the way Prometheus would.
   two kwok Pods get those addresses as their Pod IPs, so the operator's proxy
   routes to them;
 * load: KaiwoJobs asking for 8 GPUs each (16 in the queue) every 15 s, so some
-  wait for quota; requests through the proxy, ramping from 2 to 24 in flight;
+  wait for quota; requests through the proxy, ramping from 2 to 24 in flight,
+  only while every Ready Pod of the Model has an engine's loopback address
+  (the Model's replicas are fixed at 2 for that reason);
 * every ``--every`` seconds: the operator's /metrics (HTTPS, the ServiceAccount's
   token), Kueue's /metrics, and each fake engine's /metrics with the labels the
   PodMonitor would add (model_namespace, model_name, engine), into a JSONL file.
@@ -169,22 +171,34 @@ def start_operator(plane, admin, work: Path, gpu_port: int):
 
 def model(replicas: int = 2) -> dict:
     return {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": MODEL, "namespace": NS},
+            # minReplicas = maxReplicas: a Pod the autoscaler added would be Ready with kwok's (non-loopback)
+            # Pod IP before it could be pointed at an engine, and the proxy would send requests there
             "spec": {"features": ["TextGeneration"], "engine": "VLLM", "url": "hf://org/llama-8b", "resourceProfile": "cpu:1",
-                     "minReplicas": replicas, "maxReplicas": 4, "targetRequests": 6}}
+                     "minReplicas": replicas, "maxReplicas": replicas, "targetRequests": 6}}
+
+
+def model_pods(admin: httpx.Client) -> list[dict]:
+    """The Model's Ready Pods."""
+    pods = admin.get(f"/api/v1/namespaces/{NS}/pods", params={"labelSelector": f"model={MODEL}"}).json()["items"]
+    return [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
 
 
 def point_model_pods_at_engines(admin: httpx.Client) -> int:
-    """Give the Model's Ready kwok Pods the fake engines' addresses as Pod IPs."""
-    pods = [p for p in admin.get(f"/api/v1/namespaces/{NS}/pods", params={"labelSelector": f"model={MODEL}"}).json()["items"]
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
-    done = 0
-    for pod, ip in zip(sorted(pods, key=lambda p: p["metadata"]["name"]), ENGINES):
+    """Give the Model's Ready kwok Pods the fake engines' loopback addresses as Pod IPs
+    (kwok leaves a patched IP alone); returns how many Ready Pods have one."""
+    pods = sorted(model_pods(admin), key=lambda p: p["metadata"]["name"])
+    for pod, ip in zip(pods, ENGINES):
         if pod["status"].get("podIP") != ip:
-            patch = {"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}
-            admin.patch(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status", json=patch,
-                        headers={"Content-Type": "application/strategic-merge-patch+json"})
-        done += 1
-    return done
+            patch = {"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}  # a merge patch replaces the list
+            r = admin.patch(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status", json=patch,
+                            headers={"Content-Type": "application/merge-patch+json"})
+            r.raise_for_status()
+    return sum(p["status"].get("podIP") in ENGINES for p in model_pods(admin))
+
+
+def only_loopback_endpoints(admin: httpx.Client) -> bool:
+    """Load goes to loopback only: every Ready Pod of the Model (the proxy's endpoints) is an engine."""
+    return all(p["status"].get("podIP") in ENGINES for p in model_pods(admin))
 
 
 def job(i: int) -> dict:
@@ -258,7 +272,8 @@ def scenario(args: argparse.Namespace, plane, admin: httpx.Client, work: Path) -
         kubectl(plane, "apply", "-f", str(REPO / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
         wait_for(lambda: admin.get("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/kaiwo").status_code == 200, 90, "ClusterQueue")
         admin.post(f"/apis/kubeai.org/v1/namespaces/{NS}/models", json=model())
-        wait_for(lambda: point_model_pods_at_engines(admin) == 2, 120, "two Ready Model Pods")
+        wait_for(lambda: point_model_pods_at_engines(admin) == 2 and only_loopback_endpoints(admin), 120,
+                 "two Ready Model Pods on the engines' loopback addresses")
         kueue_cfg = yaml.safe_load((work / "plane" / "kueue" / "config.yaml").read_text())
         auth = {"Authorization": f"Bearer {token}"}
         # the target labels Prometheus would add (pod), so per-replica panels have a legend
@@ -277,7 +292,9 @@ def scenario(args: argparse.Namespace, plane, admin: httpx.Client, work: Path) -
             if now >= submitted * 15 and submitted < seconds // 15 - 2:
                 admin.post(f"/apis/kaiwo.silogen.ai/v1alpha1/namespaces/{NS}/kaiwojobs", json=job(submitted))
                 submitted += 1
-            point_model_pods_at_engines(admin)  # Pods the autoscaler adds get an engine too (two at most)
+            if not only_loopback_endpoints(admin):  # never send load off loopback
+                stop.set()
+                raise SystemExit("a Ready Model Pod has a non-loopback IP: load stopped")
             scraper.once(time.time())
             time.sleep(args.every)
         stop.set()

@@ -192,8 +192,8 @@ def render(dashboard: dict, scrapes: Scrapes, out: Path) -> None:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         if drawn:
-            if drawn <= 8:
-                ax.legend(fontsize=6, loc="upper left")
+            if drawn <= 14:
+                ax.legend(fontsize=5 if drawn > 8 else 6, loc="upper left", ncol=2 if drawn > 8 else 1)
         else:
             ax.text(0.5, 0.5, "no series in this run", ha="center", va="center", transform=ax.transAxes, color="gray")
     for ax in axes.flat[len(panels):]:

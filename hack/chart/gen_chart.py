@@ -281,6 +281,9 @@ def _template(obj: dict[str, Any], values: dict[str, Any], files: dict[str, str]
         _service(obj, holes)
     elif kind == "ServiceMonitor":
         _monitor_labels(obj, holes, "serviceMonitor")
+        for ep in obj["spec"]["endpoints"]:  # metrics.secure: HTTPS with a token, else plain HTTP
+            if ep.get("scheme") == "https":
+                ep["scheme"] = holes.scalar('{{ ternary "https" "http" .Values.metrics.secure }}')
     elif kind in ("PodMonitor", "PrometheusRule"):
         _monitor_labels(obj, holes, "podMonitor" if kind == "PodMonitor" else "prometheusRule")
     text = _dump(obj).replace("{{", '{{ "{{" }}')  # literal braces (alert templates, descriptions)

@@ -274,3 +274,20 @@ def test_cert_manager_issues_the_certificate_the_operator_serves(helm):
     default = helm_template(helm)
     assert not [d for d in default if d["apiVersion"].startswith("cert-manager.io")]
     assert "--webhook-cert-source=secret" not in _deployment(default)[2]["args"]
+
+
+def test_service_monitor_follows_metrics_secure_and_prometheus_can_read(helm):
+    on = "metrics.serviceMonitor.enabled=true"
+    secure = by_key(helm_template(helm, "--set", on))
+    assert secure[("ServiceMonitor", "kaiwo-controller-manager-metrics")]["spec"]["endpoints"][0]["scheme"] == "https"
+    assert not [k for k in secure if k == ("ClusterRoleBinding", "kaiwo-prometheus-metrics-reader")]
+    plain = by_key(helm_template(helm, "--set", f"{on},metrics.secure=false"))
+    assert plain[("ServiceMonitor", "kaiwo-controller-manager-metrics")]["spec"]["endpoints"][0]["scheme"] == "http"
+    bound = by_key(helm_template(helm, "--set", f"{on},metrics.serviceMonitor.prometheusServiceAccount.name=prom,"
+                                                "metrics.serviceMonitor.prometheusServiceAccount.namespace=monitoring"))
+    crb = bound[("ClusterRoleBinding", "kaiwo-prometheus-metrics-reader")]
+    assert crb["roleRef"]["name"] == "kaiwo-metrics-reader" and ("ClusterRole", "kaiwo-metrics-reader") in bound
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "prom", "namespace": "monitoring"}]
+    out = subprocess.run([helm, "template", "kaiwo", str(CHART), "--set", "metrics.serviceMonitor.prometheusServiceAccount.name=prom"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "needs both name and namespace" in out.stderr

@@ -203,8 +203,13 @@ def test_invalid_values_are_refused(helm, bad, message):
 
 #: Sections of a KubeAI chart values file (its keys for the system config), pasted unchanged.
 KUBEAI_VALUES = """
-secretNames:
-  huggingface: my-hf-token
+secrets:
+  huggingface:
+    create: false
+    name: my-hf-token
+  aws:
+    create: true
+    name: ""
 resourceProfiles:
   nvidia-gpu-l4:
     imageName: nvidia-gpu
@@ -240,6 +245,8 @@ def test_kubeai_values_file_becomes_the_model_config(helm, tmp_path):
     text = by_key(docs)[("ConfigMap", "kaiwo-model-config")]["data"]["config.yaml"]
     rendered = yaml.safe_load(text)
     pasted = yaml.safe_load(KUBEAI_VALUES)
+    assert rendered["secretNames"] == {"huggingface": "my-hf-token"}  # KubeAI's secrets.<kind>.name; unnamed ones left out
+    del pasted["secrets"]
     for key, value in pasted.items():
         for name, item in value.items():  # Helm merges maps: the pasted entries join the chart's defaults
             assert rendered[key][name] == item, f"{key}.{name}"
@@ -291,3 +298,9 @@ def test_service_monitor_follows_metrics_secure_and_prometheus_can_read(helm):
     out = subprocess.run([helm, "template", "kaiwo", str(CHART), "--set", "metrics.serviceMonitor.prometheusServiceAccount.name=prom"],
                          capture_output=True, text=True, check=False)
     assert out.returncode != 0 and "needs both name and namespace" in out.stderr
+
+
+def test_explicit_secret_names_win_over_kubeai_secrets(helm):
+    docs = helm_template(helm, "--set", "secrets.huggingface.name=from-kubeai,secretNames.huggingface=explicit,secretNames.aws=aws-creds")
+    rendered = yaml.safe_load(by_key(docs)[("ConfigMap", "kaiwo-model-config")]["data"]["config.yaml"])
+    assert rendered["secretNames"] == {"huggingface": "explicit", "aws": "aws-creds"}

@@ -13,10 +13,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* The model system config file: the KubeAI system.yaml keys that are set. */}}
+{{/* A KubeAI values file names its credential Secrets as secrets.<kind>.name: those
+become secretNames entries (an explicit secretNames entry wins). This chart creates no
+Secrets, so the rest of a KubeAI secrets section (create, token, ...) is ignored. */}}
 {{- define "kaiwo-ctrl.modelConfig" -}}
 {{- $c := dict -}}
 {{- range $k := list "secretNames" "resourceProfiles" "cacheProfiles" "modelServers" "modelLoading" "modelServerPods" "modelRollouts" "modelAutoscaling" -}}
-{{- with index $.Values $k }}{{ $_ := set $c $k . }}{{ end -}}
+{{- with index $.Values $k }}{{ $_ := set $c $k (deepCopy .) }}{{ end -}}
+{{- end -}}
+{{- range $kind, $s := (.Values.secrets | default dict) -}}
+{{- if and (kindIs "map" $s) $s.name -}}
+{{- $names := get $c "secretNames" | default dict -}}
+{{- if not (hasKey $names $kind) }}{{ $_ := set $names $kind $s.name }}{{ end -}}
+{{- $_ := set $c "secretNames" $names -}}
+{{- end -}}
 {{- end -}}
 {{- toYaml $c -}}
 {{- end -}}

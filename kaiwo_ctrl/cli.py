@@ -123,6 +123,10 @@ def _webhook_args(run: argparse.ArgumentParser) -> None:
     w.add_argument("--webhook-config-prefix", default=env("WEBHOOK_CONFIG_PREFIX", "kaiwo"),
                    help="names: PREFIX-mutating-webhook-configuration, PREFIX-validating-webhook-configuration")
     w.add_argument("--webhook-cert-secret", default=env("WEBHOOK_CERT_SECRET", "kaiwo-webhook-server-cert"))
+    w.add_argument("--webhook-cert-source", choices=["self", "secret"], default=env("WEBHOOK_CERT_SOURCE", "self"),
+                   help="self: the operator issues and rotates its CA and certificate in --webhook-cert-secret; "
+                        "secret: another issuer (cert-manager) writes that Secret (tls.crt, tls.key, ca.crt) and "
+                        "the operator serves it and publishes its ca.crt as the caBundle")
     w.add_argument("--webhook-cert-validity", default=env("WEBHOOK_CERT_VALIDITY", "2160h"),
                    help="serving certificate lifetime (Go duration); renewed with a third left")
     w.add_argument("--enforcement-namespace-selector", default=env("ENFORCEMENT_NAMESPACE_SELECTOR", ""),
@@ -146,6 +150,7 @@ def _webhook_options(args: argparse.Namespace, namespace: str):
         enforce=os.environ.get("ENFORCE_KAIWO_ON_GPU_WORKLOADS", "").strip().lower() == "true",
         enforcement_namespace_selector=args.enforcement_namespace_selector,
         enforcement_failure_policy=args.enforcement_failure_policy,
+        external_certs=args.webhook_cert_source == "secret",
     )
 
 

@@ -10,7 +10,7 @@ from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.resources import NODES, PODS
 
 from . import gpustats, views
-from .errors import NOT_FOUND, CliError
+from .errors import NOT_FOUND, USAGE, CliError
 from .kube import explain
 from .output import table
 
@@ -54,7 +54,7 @@ async def queues(client: Client) -> tuple[str, Any]:
 
 async def run(view: str, args: argparse.Namespace, client: Client) -> int:
     if args.output == "yaml":
-        raise CliError(f"`kaiwo status {view}` prints a table or -o json", 2)
+        raise CliError(f"`kaiwo status {view}` prints a table or -o json", USAGE)
 
     async def render() -> tuple[str, Any]:
         if view == "queues":

@@ -26,12 +26,12 @@ EXAMPLES = """examples:
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "exec", parents=[common], help="run a command in a running pod of a workload",
+        usage="kaiwo exec NAME [options] -- COMMAND [ARG ...]\n       kaiwo exec NAME [options] --command COMMAND [ARG ...]",
         description="Run a command in a running pod of a workload (the first one running, or --pod), "
         "through the API server. The exit code is the command's.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", metavar="NAME")
-    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command after --")
     p.add_argument("--command", dest="command_line", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                    help="the command and its arguments (everything after it)")
     p.add_argument("-n", "--namespace", help="namespace (default: from kaiwoconfig.yaml, else 'default')")
@@ -40,7 +40,20 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("-i", "--stdin", action="store_true", help="pass standard input to the command")
     p.add_argument("-t", "--tty", action="store_true",
                    help="allocate a terminal (raw mode, size follows the window); only when stdin is a terminal")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, argv=[])
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``exec NAME [options] -- COMMAND...``: (the options, the command), split at the first ``--``.
+
+    argparse alone would not take options between NAME and ``--`` once it has seen a
+    positional list; a ``--`` that follows ``--command`` belongs to the command."""
+    if argv[:1] != ["exec"] or "--" not in argv:
+        return list(argv), []
+    i = argv.index("--")
+    if "--command" in argv[:i]:
+        return list(argv), []
+    return list(argv[:i]), list(argv[i + 1:])
 
 
 def command_of(args: argparse.Namespace) -> list[str]:

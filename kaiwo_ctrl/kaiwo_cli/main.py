@@ -105,7 +105,10 @@ def stdin_file_args(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(stdin_file_args(sys.argv[1:] if argv is None else argv))
+    options, command = cmd_exec.split_command(stdin_file_args(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(options)
+    if command:
+        args.argv = command
     try:
         return loop.run(_run(args))
     except CliError as e:

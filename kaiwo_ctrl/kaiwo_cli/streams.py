@@ -62,6 +62,8 @@ async def connect(client: Client, path: str, query: list[tuple[str, str]], proto
     """Open the WebSocket for ``path``?``query`` speaking ``protocol``; API failures become clear exits."""
     url = client.transport.url(f"{path}?{urlencode(query)}", None)
     headers = await client.transport.headers(None)
+    # the kubelet's routes answer 406 to "Accept: application/json" (port-forward is proxied to it as is)
+    headers["Accept"] = "*/*"
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
             ws = await client.transport.session().ws_connect(url, protocols=(protocol,), headers=headers,

@@ -46,6 +46,9 @@ def test_resize_is_a_json_size_on_channel_4_clamped_to_uint16():
                  "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}}).encode(), 3),
     (json.dumps({"status": "Failure", "reason": "NonZeroExitCode",
                  "details": {"causes": [{"reason": "ExitCode", "message": "300"}]}}).encode(), 255),
+    # kwok's simulated kubelet: the exit as an internal error in os/exec's words
+    (json.dumps({"status": "Failure", "reason": "InternalError", "message": "Internal error occurred: error executing "
+                 "command in container: cmd wait: sh -c exit 3: exit status 3"}).encode(), 3),
 ])
 def test_exit_code_comes_from_the_status(status, code):
     assert ch.exit_code(status) == code
@@ -57,6 +60,9 @@ def test_exit_code_comes_from_the_status(status, code):
     (json.dumps({"status": "Failure", "reason": "NonZeroExitCode",
                  "details": {"causes": [{"reason": "ExitCode", "message": "x"}]}}).encode(), "NonZeroExitCode"),
     (b"not json", "not json"),
+    (json.dumps({"status": "Failure", "reason": "InternalError", "message": "cmd start: exec: no such file"}).encode(),
+     "no such file"),
+    (json.dumps({"status": "Failure", "reason": "Forbidden", "message": "x: exit status 3"}).encode(), "exit status 3"),
     (b"[1, 2]", "unexpected status"),
 ])
 def test_a_failure_without_an_exit_code_is_an_exec_failure(status, message):
@@ -85,3 +91,13 @@ def test_port_specs():
         with pytest.raises(CliError) as e:
             parse_ports([bad])
         assert e.value.code == USAGE
+
+
+def test_exec_command_after_double_dash_keeps_its_own_options():
+    from kaiwo_ctrl.kaiwo_cli.cmd_exec import split_command
+
+    assert split_command(["exec", "x", "-i", "--", "sh", "-c", "cat -- f", "--", "-n"]) == (
+        ["exec", "x", "-i"], ["sh", "-c", "cat -- f", "--", "-n"])
+    assert split_command(["exec", "x", "--command", "grep", "--", "-v"]) == (
+        ["exec", "x", "--command", "grep", "--", "-v"], [])
+    assert split_command(["logs", "x", "--", "y"]) == (["logs", "x", "--", "y"], [])

@@ -111,3 +111,29 @@ def test_first_run_writes_the_user_file_once(tmp_path):
         answers = iter(["erin", "Bad Queue"])
         first_run(lambda _: next(answers), env={"KAIWOCONFIG": str(tmp_path / "third.yaml")})
     assert not (tmp_path / "third.yaml").exists()
+
+
+async def test_manage_without_its_ui_library_says_how_to_install_it(monkeypatch):
+    import argparse
+    import sys
+
+    from kaiwo_ctrl.kaiwo_cli import cmd_manage
+    from kaiwo_ctrl.kaiwo_cli.config import Defaults
+
+    monkeypatch.setitem(sys.modules, "kaiwo_ctrl.kaiwo_cli.tui", None)  # as if Textual were not installed
+    args = argparse.Namespace(kubeconfig=None, context=None, namespace=None, all_users=False, user=None,
+                              metrics_endpoint=None, refresh=3.0)
+    with pytest.raises(CliError) as e:
+        await cmd_manage.run(args, None, Defaults())  # type: ignore[arg-type]
+    assert e.value.code == USAGE and "pip install 'kaiwo-ctrl[tui]'" in e.value.message
+
+
+def test_every_command_is_listed_in_the_help(capsys):
+    from kaiwo_ctrl.kaiwo_cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("submit", "list", "status", "logs", "exec", "port-forward", "monitor", "manage", "delete"):
+        assert f"    {command}" in out, command
+    assert "9  exec / port-forward: the pod is not running" in out

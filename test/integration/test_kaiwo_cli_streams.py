@@ -350,7 +350,22 @@ async def test_status_gpus_and_queues(plane, sim):
     assert r.rc == 5
 
 
-# ----------------------------------------------------------------------------- submit's first run
+# ----------------------------------------------------------------------------- submit
+
+
+async def test_submit_reads_the_manifest_from_stdin(plane, sim):
+    manifest = yaml.safe_dump({"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob",
+                               "metadata": {"name": "piped"}, "spec": {"image": "img:piped"}})
+    run = _kaiwo_cmd(plane, sim)
+    for flag, name in (("-", "piped"), ("--", "piped-2")):
+        r = await run("submit", "-f", flag, "--name", name, input=manifest)
+        assert r.rc == 0 and r.out.strip() == f"kaiwojob/{name} created in namespace default", r.err
+        with plane.http() as h:
+            spec = h.get(f"{KAIWO_API}/{name}").json()["spec"]
+        assert (spec["image"], spec["user"]) == ("img:piped", ALICE)
+    r = await run("submit", "-f", "-", input="kind: Pod\n")
+    assert r.rc == 2 and "<stdin>: kind must be KaiwoJob or KaiwoService" in r.err
+
 
 
 async def test_submit_asks_for_user_and_queue_once_on_a_terminal(plane, tmp_path):
@@ -410,6 +425,8 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
     with plane.http() as h:
         _job(h, "doomed")
     client = await Client.from_kubeconfig(str(plane.kubeconfig))
+    for var in ("KAIWO_METRICS_ENDPOINT", "RESOURCE_MONITORING_METRICS_ENDPOINT"):
+        assert var not in os.environ
     app = ManageApp(client, Options(namespace="default", user=ALICE, refresh=0.5))
 
     def shown() -> list[str]:
@@ -420,7 +437,7 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
 
     try:
         async with app.run_test(size=(120, 36)) as pilot:
-            await eventually(lambda: sorted(shown()) == ["doomed", "sim", "waiting"], what="three workloads listed")
+            await eventually(lambda: {"doomed", "sim", "waiting"} <= set(shown()), what="Alice's workloads listed")
             await pilot.press("slash", *_keys("sim"), "enter")
             await eventually(lambda: shown() == ["sim"], what="filtered to sim")
             await pilot.press("l")
@@ -430,6 +447,15 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
             await pilot.press(*_keys("sh -c 'echo from-exec; exit 4'"), "enter")
             await eventually(lambda: "[exit code 4]" in output(), what="exec ran")
             assert "from-exec" in output()
+            await pilot.press("p")
+            await eventually(lambda: isinstance(app.screen, Ask), what="the ports prompt")
+            await pilot.press(*_keys("0:8080"), "enter")
+            await eventually(lambda: "Forwarding from 127.0.0.1:" in output(), what="port-forward listening")
+            assert app.forwards
+            await pilot.press("x")
+            await eventually(lambda: not app.forwards, what="port-forwards stopped")
+            await pilot.press("m")
+            await eventually(lambda: "monitor: no GPU metrics endpoint" in output(), what="monitor explains")
             await pilot.press("slash", *["backspace"] * 3, *_keys("doomed"), "enter")
             await eventually(lambda: shown() == ["doomed"], what="filtered to doomed")
             await pilot.press("d")

@@ -9,7 +9,7 @@ from kaiwo_ctrl.kinds import CLUSTERQUEUES
 from kaiwo_ctrl.runtime.client import ApiError, Client
 from kaiwo_ctrl.runtime.resources import NODES, PODS
 
-from . import gpustats, views
+from . import views
 from .errors import NOT_FOUND, USAGE, CliError
 from .kube import explain
 from .output import table
@@ -30,6 +30,9 @@ async def _items(client: Client, res: Any) -> list[dict[str, Any]]:
 
 
 async def gpus(client: Client, vendor: str | None) -> tuple[str, Any]:
+    # imported here: the monitoring and queues packages it reads from cost other commands' start-up
+    from . import gpustats
+
     rows = gpustats.pool_rows(await _items(client, NODES), await _items(client, PODS))
     if vendor:
         rows = [r for r in rows if r["vendor"] == vendor]
@@ -43,6 +46,8 @@ async def gpus(client: Client, vendor: str | None) -> tuple[str, Any]:
 
 
 async def queues(client: Client) -> tuple[str, Any]:
+    from . import gpustats
+
     rows = gpustats.queue_rows(await _items(client, CLUSTERQUEUES))
     if not rows:
         return "no ClusterQueues in this cluster", {"clusterQueues": []}

@@ -7,7 +7,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.client import Client
 
-from . import gpustats, views
+from . import views
 from .children import workload_pods
 from .config import Defaults
 from .errors import FAILED, CliError
@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> int:
+    # imported here: the monitoring and queues packages it reads from cost other commands' start-up
+    from . import gpustats
+
     namespace = args.namespace or defaults.namespace
     url = views.endpoint_of(args.metrics_endpoint)
     obj = await find_workload(client, namespace, args.name)

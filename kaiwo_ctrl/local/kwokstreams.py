@@ -7,7 +7,8 @@ kwok serves the kubelet's streaming API (``containerLogs``, ``exec``,
   directory (``kwok/container.log``), followed as it grows, so
   ``kaiwo logs -f`` shows lines appended to it;
 * ``ClusterExec``: a command exec'd into a simulated container runs on this
-  machine, in ``kwok/exec`` (there is no container);
+  machine, in ``kwok/exec`` (there is no container); as user nobody, in /tmp,
+  when the plane runs as root;
 * ``ClusterPortForward``: pod port P reaches ``127.0.0.1:L`` for each
   ``P -> L`` of :data:`DEFAULT_FORWARDS` (or the ``forwards`` given).
 
@@ -24,6 +25,7 @@ the exec rule out on shared machines.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from kaiwo_ctrl.runtime.certs import TinyCA
 DEFAULT_FORWARDS: Mapping[int, int] = {80: 80, 8000: 8000, 8080: 8080, 8265: 8265, 8888: 8888}
 API = "kwok.x-k8s.io/v1alpha1"
 LOG_FILE = "container.log"
+#: The user and group exec'd commands run as when the plane runs as root.
+NOBODY = 65534
 
 
 def cri_line(text: str, stream: str = "stdout", when: dt.datetime | None = None) -> str:
@@ -66,8 +70,12 @@ def apiserver_args(certs: Path) -> list[str]:
     ]
 
 
-def rules(directory: Path, *, forwards: Mapping[int, int] | None = None, exec_: bool = True) -> list[dict[str, Any]]:
-    """The kwok ClusterLogs / ClusterExec / ClusterPortForward documents for every Pod."""
+def rules(directory: Path, *, forwards: Mapping[int, int] | None = None, exec_: bool = True,
+          root: bool | None = None) -> list[dict[str, Any]]:
+    """The kwok ClusterLogs / ClusterExec / ClusterPortForward documents for every Pod.
+
+    ``root``: whether kwok runs as root (default: whether this process does)."""
+    root = os.geteuid() == 0 if root is None else root
     work = directory / "exec"
     work.mkdir(parents=True, exist_ok=True)
     docs: list[dict[str, Any]] = [
@@ -78,9 +86,13 @@ def rules(directory: Path, *, forwards: Mapping[int, int] | None = None, exec_: 
                                for pod_port, local in sorted((DEFAULT_FORWARDS if forwards is None else forwards).items())]}},
     ]
     if exec_:
+        local: dict[str, Any] = {"workDir": str(work), "envs": [{"name": "KWOK_SIMULATED", "value": "true"}]}
+        if root:
+            # a plane started as root would hand out root shells: commands run as nobody, in /tmp
+            # (the plane's own directory is not theirs to enter)
+            local.update(workDir="/tmp", securityContext={"runAsUser": NOBODY, "runAsGroup": NOBODY})
         docs.append({"apiVersion": API, "kind": "ClusterExec", "metadata": {"name": "local"},
-                     "spec": {"execs": [{"local": {"workDir": str(work),
-                                                   "envs": [{"name": "KWOK_SIMULATED", "value": "true"}]}}]}})
+                     "spec": {"execs": [{"local": local}]}})
     return docs
 
 

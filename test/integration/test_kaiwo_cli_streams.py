@@ -154,9 +154,12 @@ async def test_logs_follow_streams_the_simulated_container(plane, sim):
 
 async def test_exec_runs_the_command_and_returns_its_exit_code(plane, sim):
     run = _kaiwo_cmd(plane, sim)
-    r = await run("exec", "sim", "--", "sh", "-c", "echo out; echo err >&2; pwd; exit 3")
+    r = await run("exec", "sim", "--", "sh", "-c", "echo out; echo err >&2; pwd; id -u; exit 3")
     assert r.rc == 3, r.err
-    assert r.out.splitlines() == ["out", str(plane.directory / "kwok" / "exec")]
+    # as the user who started the plane, in its kwok/exec directory; as nobody in /tmp if that was root
+    root = os.geteuid() == 0
+    assert r.out.splitlines() == ["out", "/tmp" if root else str(plane.directory / "kwok" / "exec"),
+                                  "65534" if root else str(os.geteuid())]
     assert r.err.strip() == "err"
     # stdin reaches the command (kwok v0.8.0 never closes the command's stdin, so no `cat` to end of file here)
     r = await run("exec", "sim", "-i", "-c", "side", "--command", "sh", "-c", "read a; read b; echo got $b $a",
@@ -190,7 +193,10 @@ async def test_exec_with_a_terminal_sends_its_size_and_keeps_the_exit_code(plane
     async def until(text: bytes) -> None:
         nonlocal seen
         while text not in seen:
-            seen += await asyncio.wait_for(loop.run_in_executor(None, os.read, master, 4096), 60)
+            try:
+                seen += await asyncio.wait_for(loop.run_in_executor(None, os.read, master, 4096), 60)
+            except OSError:  # the terminal hung up: kaiwo exited
+                raise AssertionError(f"kaiwo exited ({proc.returncode}) before {text!r}; it wrote {seen!r}") from None
 
     await until(b"33 101")
     os.write(master, b"yes\r")  # raw mode: Enter arrives as CR; the remote terminal turns it into a newline

@@ -22,7 +22,10 @@ def test_every_pod_gets_the_log_file_the_exec_dir_and_the_loopback_forwards(tmp_
     assert log == {"logsFile": str(tmp_path / "kwok" / "container.log"), "follow": True}
     first = (tmp_path / "kwok" / "container.log").read_text().splitlines()[0]
     assert first.endswith(" stdout F simulated container on a kwok node: no process runs here")
-    assert docs["ClusterExec"]["spec"]["execs"][0]["local"]["workDir"] == str(tmp_path / "kwok" / "exec")
+    import os
+
+    local = docs["ClusterExec"]["spec"]["execs"][0]["local"]
+    assert local["workDir"] == ("/tmp" if os.geteuid() == 0 else str(tmp_path / "kwok" / "exec"))
     forwards = docs["ClusterPortForward"]["spec"]["forwards"]
     assert {f["ports"][0]: (f["target"]["address"], f["target"]["port"]) for f in forwards} == {
         p: ("127.0.0.1", p) for p in (80, 8000, 8080, 8265, 8888)}
@@ -42,3 +45,12 @@ def test_cri_lines_and_the_api_server_flags(tmp_path):
     flags = kwokstreams.apiserver_args(tmp_path)
     assert f"--kubelet-certificate-authority={tmp_path / 'serving-ca.crt'}" in flags
     assert "--kubelet-preferred-address-types=InternalIP" in flags
+
+
+def test_a_plane_started_as_root_execs_as_nobody(tmp_path):
+    as_root = kwokstreams.rules(tmp_path, root=True)
+    local = next(d for d in as_root if d["kind"] == "ClusterExec")["spec"]["execs"][0]["local"]
+    assert local["securityContext"] == {"runAsUser": 65534, "runAsGroup": 65534} and local["workDir"] == "/tmp"
+    as_user = kwokstreams.rules(tmp_path, root=False)
+    local = next(d for d in as_user if d["kind"] == "ClusterExec")["spec"]["execs"][0]["local"]
+    assert "securityContext" not in local and local["workDir"] == str(tmp_path / "exec")

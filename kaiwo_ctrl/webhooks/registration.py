@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import base64
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field

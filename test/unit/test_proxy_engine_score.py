@@ -14,10 +14,10 @@ from kaiwo_ctrl.serving.proxy.score import W_AFFINITY, W_KV, W_RUNNING, W_WAITIN
 NOW = 100.0
 
 
-def ep(name: str, *, in_flight: int = 0, sample: EngineSample | None = None, until: float = NOW + 3, sent: int = 0,
-       base: int = 0, adapters: frozenset[str] = frozenset()) -> Endpoint:
+def ep(name: str, *, in_flight: int = 0, sample: EngineSample | None = None, until: float = NOW + 3, base: int | None = None,
+       adapters: frozenset[str] = frozenset()) -> Endpoint:
     e = Endpoint(f"ns/{name}", f"10.0.0.1:{8000 + len(name)}", adapters, in_flight)
-    e.engine, e.engine_until, e.sent, e.sent_base = sample, until, sent, base
+    e.engine, e.engine_until, e.in_flight_base = sample, until, in_flight if base is None else base
     return e
 
 
@@ -31,9 +31,12 @@ S = EngineSample
     (ep("a", in_flight=2, sample=S(running=9, waiting=9), until=NOW - 0.001), "", 2.0),
     # a fresh report: waiting > running > KV use
     (ep("a", in_flight=5, sample=S(running=2, waiting=1, kv=0.5)), "", W_WAITING + 2 * W_RUNNING + 0.5 * W_KV),
-    # requests sent since the scrape began count once each, at most what is still in flight here
-    (ep("a", in_flight=1, sample=S(running=0), sent=10, base=7), "", 1.0),
-    (ep("a", in_flight=4, sample=S(running=0), sent=10, base=7), "", 3.0),
+    # this replica's in-flight change since the scrape began: 3 more sent ...
+    (ep("a", in_flight=4, sample=S(running=1), base=1), "", 4.0),
+    # ... or 2 of its requests (counted by the engine) finished since
+    (ep("a", in_flight=1, sample=S(running=5), base=3), "", 3.0),
+    # never below zero
+    (ep("a", in_flight=0, sample=S(running=1), base=4), "", 0.0),
     # adapter already running on the engine: the affinity bonus; another adapter: none
     (ep("a", sample=S(running=1, adapters=frozenset({"lora-a"}))), "lora-a", 1.0 - W_AFFINITY),
     (ep("a", sample=S(running=1, adapters=frozenset({"lora-a"}))), "lora-b", 1.0),

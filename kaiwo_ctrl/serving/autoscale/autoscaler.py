@@ -160,12 +160,13 @@ class Autoscaler:
         engines = self.engine_load() if self.engine_load is not None else {}
         if not peers and not engines:
             return None
-        active: dict[str, float] | None = {}
+        active: dict[str, float] = {}
         if peers:
-            active = await scrape_active(session, peers, secure=self.config.secure_peers)
-            if active is None:
+            scraped = await scrape_active(session, peers, secure=self.config.secure_peers)
+            if scraped is None:
                 log.info("autoscaler skipped a tick: a proxy replica could not be scraped", extra={"peers": peers})
                 return None
+            active = scraped
         for key, load in engines.items():
             active[key] = max(active.get(key, 0.0), load)
         return active

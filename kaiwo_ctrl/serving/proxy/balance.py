@@ -40,8 +40,7 @@ class Endpoint:
     removed: bool = False
     engine: EngineSample | None = None  # the engine's last report (see .scrape)
     engine_until: float = 0.0  # monotonic time the report goes stale
-    sent: int = 0  # requests sent here by this replica, ever
-    sent_base: int = 0  # ``sent`` when the last report's scrape began
+    in_flight_base: int = 0  # ``in_flight`` when the last report's scrape began
 
     def serves(self, adapter: str) -> bool:
         return not adapter or adapter in self.adapters
@@ -114,7 +113,7 @@ class Ring:
         self,
         key: str,
         endpoints: Mapping[str, Endpoint],
-        total_in_flight: int,
+        total_in_flight: float,
         mean_load_factor: int,
         adapter: str = "",
         skip: frozenset[str] = frozenset(),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.cache import Cache
@@ -116,7 +116,6 @@ class Group:
 
     def acquire(self, ep: Endpoint) -> Endpoint:
         ep.in_flight += 1
-        ep.sent += 1
         self.total += 1
         return ep
 
@@ -148,7 +147,7 @@ class EndpointTracker:
     def __init__(self) -> None:
         self.groups: dict[GroupKey, Group] = {}
         #: work that lives as long as the proxy serves from these endpoints (the engine scraper)
-        self.background: list[Callable[[], Awaitable[None]]] = []
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
 
     def group(self, key: GroupKey) -> Group:
         g = self.groups.get(key)

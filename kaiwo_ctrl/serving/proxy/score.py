@@ -4,7 +4,7 @@ An endpoint whose engine reported recently (see :mod:`.scrape`) is scored on
 what the engine said, in units of "running requests":
 
     load = W_WAITING * waiting + W_RUNNING * running + W_KV * kv_cache_use
-           + W_LOCAL * min(sent since the scrape, in flight here)
+           + W_LOCAL * (in flight here now - in flight here when the scrape began)
 
 * a waiting request weighs most: it waits for a running one to finish before
   it even starts its prefill, and everything sent here queues behind it;
@@ -12,9 +12,11 @@ what the engine said, in units of "running requests":
 * KV-cache use (0..1) weighs up to ``W_KV`` requests: a full cache means the
   engine preempts or stops admitting, so of two equal queues the emptier cache
   wins;
-* requests this proxy replica sent since the scrape began are not in the
-  engine's figures yet; each counts as one running request (those already
-  finished are not counted: at most what is still in flight here).
+* the engine's figures are up to one interval old: requests this replica sent
+  since the scrape began are not in them, and those of its requests that
+  finished since are still in them. The difference -- this replica's in-flight
+  count now less at the scrape -- is added, one running request each (it is
+  negative when more finished than were sent; the load never goes below 0).
 
 With no fresh report (no metrics, a failed scrape, data older than the
 staleness bound) the endpoint falls back to KubeAI's measure: the requests in
@@ -32,10 +34,7 @@ A new scorer is one function of an endpoint and the time, and a unit test.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from typing import Protocol
 
 W_WAITING = 4.0
 W_RUNNING = 1.0
@@ -54,8 +53,17 @@ class EngineSample:
     adapters: frozenset[str] = frozenset()  # running_lora_adapters
 
 
+class Endpoint(Protocol):
+    """What scoring reads of an endpoint (:class:`.balance.Endpoint`)."""
+
+    in_flight: int
+    in_flight_base: int
+    engine: EngineSample | None
+    engine_until: float
+
+
 def engine_load(s: EngineSample, local: int) -> float:
-    return W_WAITING * s.waiting + W_RUNNING * s.running + W_KV * s.kv + W_LOCAL * local
+    return max(0.0, W_WAITING * s.waiting + W_RUNNING * s.running + W_KV * s.kv + W_LOCAL * local)
 
 
 def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
@@ -63,7 +71,7 @@ def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
     s = ep.engine
     if s is None or now > ep.engine_until:
         return float(ep.in_flight)
-    load = engine_load(s, min(ep.sent - ep.sent_base, ep.in_flight))
+    load = engine_load(s, ep.in_flight - ep.in_flight_base)
     if adapter and adapter in s.adapters:
         load -= W_AFFINITY
     return load

@@ -116,7 +116,7 @@ class EngineScraper:
             while True:
                 try:
                     self.tick()
-                except Exception:  # noqa: BLE001 - a bug in one tick must not end engine-aware routing
+                except Exception:  # a bug in one tick must not end engine-aware routing
                     log.exception("engine scrape tick failed")
                 await asyncio.sleep(self.config.interval)
         finally:
@@ -155,7 +155,7 @@ class EngineScraper:
                     pass
 
     async def _scrape(self, gk: GroupKey, ep: Endpoint, pod: _Pod) -> None:
-        base = ep.sent
+        base = ep.in_flight
         try:
             async with asyncio.timeout(self.config.timeout):
                 body = await self._read(ep.address)
@@ -168,7 +168,7 @@ class EngineScraper:
             self._failed(gk, ep, pod, reason)
             return
         now = time.monotonic()
-        ep.engine, ep.engine_until, ep.sent_base = sample, now + self.config.stale_after, base
+        ep.engine, ep.engine_until, ep.in_flight_base = sample, now + self.config.stale_after, base
         pod.failures, pod.due, pod.last_ok, pod.series = 0, 0.0, now, True
         m = self.metrics
         m.running.labels(*pod.labels).set(sample.running)

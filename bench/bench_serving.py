@@ -18,8 +18,10 @@ Compared in one run, on the same engines (each run starts with empty caches):
   between them, as a Service in front of the replicas would).
 
 Workload (closed loop, ``--levels`` concurrent users): multi-turn chat
-conversations shaped like ShareGPT's -- a long first message, short
-follow-ups, replies of a few hundred tokens, 2-8 turns; each turn resends the
+conversations shaped like ShareGPT's -- a long first message (median 2,000
+tokens, a pasted document), short follow-ups (median 80), replies of a few
+hundred tokens (median 220), 2-8 turns, ``--think`` s (median) between turns;
+each turn resends the
 whole conversation, so a prompt grows turn by turn and its beginning is what
 the engine that served the last turn has cached. Lengths are log-normal
 (``--seed`` fixes them; every strategy gets the same users and conversations).
@@ -28,7 +30,7 @@ Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
 engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
 started after ``--warmup`` s in a ``--duration`` s run.
 
-    .venv/bin/python bench/bench_serving.py [--quick] [--levels 32,96,160]
+    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192]
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class Conversation:
 
 
 def conversation(rng: random.Random, scale: float) -> Conversation:
-    first = _lognormal(rng, 1200 * scale, 0.6, 64, int(6000 * scale))
+    first = _lognormal(rng, 2000 * scale, 0.6, 64, int(8000 * scale))
     turns = [(_lognormal(rng, 80, 0.8, 8, 600), _lognormal(rng, 220, 0.5, 16, 600)) for _ in range(rng.randint(2, 8))]
     return Conversation(first, turns)
 
@@ -154,7 +156,7 @@ async def _chat(pool: Any, authority: str, path: str, messages: list, max_tokens
 
 
 async def run_load(targets: list[tuple[str, str]], users: int, duration: float, warmup: float, seed: int, scale: float,
-                   random_route: bool) -> RunStats:
+                   random_route: bool, think: float) -> RunStats:
     from kaiwo_ctrl.runtime.http1 import Pool
 
     pool = Pool(connect_timeout=10, idle_timeout=60)
@@ -185,6 +187,7 @@ async def run_load(targets: list[tuple[str, str]], users: int, duration: float, 
                     stats.ttft.append(ttft)
                     stats.tokens += reply_tokens
                 messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": _words(rng, user_tokens)}]
+                await asyncio.sleep(rng.lognormvariate(math.log(think), 0.6))  # the user reads and types
 
     await asyncio.gather(*(user(u) for u in range(users)))
     stats.window = stop_at - measure_from  # type: ignore[attr-defined]
@@ -247,7 +250,8 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
             targets.append((f"127.0.0.1:{port}", "/openai/v1/chat/completions"))
         await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
     try:
-        stats_task = asyncio.create_task(run_load(targets, users, args.duration, args.warmup, args.seed, args.scale, strategy is None))
+        stats_task = asyncio.create_task(run_load(targets, users, args.duration, args.warmup, args.seed, args.scale, strategy is None,
+                                                  args.think))
         await asyncio.sleep(args.warmup)
         q1, h1, _ = await _engine_counters(args.engines)
         stats = await stats_task
@@ -302,12 +306,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=PROXY_PORT)
     p.add_argument("--strategy", default="LeastLoad")
     p.add_argument("--engines", type=int, default=4)
-    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[32, 96, 160])
+    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[48, 192])
     p.add_argument("--duration", type=float, default=40.0)
     p.add_argument("--warmup", type=float, default=15.0)
     p.add_argument("--scrape-interval", type=float, default=1.0, help="the proxy's --proxy-engine-metrics-interval (default 1 s)")
     p.add_argument("--scale", type=float, default=1.0, help="scales the first message's length")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
     args = p.parse_args(argv)
     if args.quick:

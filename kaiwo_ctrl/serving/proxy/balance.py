@@ -64,7 +64,7 @@ def least_load(
     for ep in endpoints:
         if not ep.serves(adapter):
             continue
-        load = endpoint_load(ep, now, adapter)
+        load = ep.in_flight if ep.engine is None else endpoint_load(ep, now, adapter)  # the common case inline
         if ep.key in skip:
             if spare is None or load < spare_load:
                 spare, spare_load = ep, load

@@ -132,7 +132,7 @@ class Group:
         now = time.monotonic()
 
         def load(ep: Endpoint) -> float:
-            return endpoint_load(ep, now)
+            return ep.in_flight if ep.engine is None else endpoint_load(ep, now)
 
         total = sum(load(ep) for ep in self.endpoints.values())
         return self.ring.choose(key, self.endpoints, total, mean_load_factor, adapter, skip, load)

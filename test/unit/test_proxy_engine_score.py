@@ -158,3 +158,44 @@ def test_parse_bounds_adapters_and_survives_huge_labels():
     assert parse_engine_metrics(big) == S(running=1)
     assert parse_engine_metrics(b"vllm:num_requests_running 1\nvllm:lora_requests_info{x=\"y\"} nan\n").adapters == frozenset()
     assert math.isfinite(parse_engine_metrics(b"vllm:num_requests_running 1 1700000000000\n").running)
+
+
+def _group(n: int) -> Group:
+    g = Group()
+    for i in range(n):
+        g.upsert(Endpoint(f"ns/p{i}", f"10.0.0.{i}:8000"))
+    return g
+
+
+def _report(g: Group, **samples: EngineSample) -> None:
+    import time
+
+    for e in g.endpoints.values():
+        e.engine, e.engine_until = samples.get(e.key.split("/")[1], S(running=4)), time.monotonic() + 60
+
+
+def test_prefix_hash_passes_over_a_queued_home_even_under_the_bound():
+    g = _group(3)
+    home = g.choose_prefix("tenant-2", 64, 125, "", frozenset()).endpoint
+    # the home runs fewer than the others but has a queue: it admits nothing new now
+    _report(g, **{home.key.split("/")[1]: S(running=1, waiting=1)})
+    assert endpoint_load(home, NOW) <= 13 / 3 * 1.25  # within the load bound by itself
+    c = g.choose_prefix("tenant-2", 64, 125, "", frozenset())
+    assert c.endpoint is not home and not c.fallback and c.initial is home
+
+
+def test_prefix_hash_takes_the_least_loaded_when_every_engine_is_queued():
+    g = _group(3)
+    home = g.choose_prefix("tenant-3", 64, 125, "", frozenset()).endpoint
+    names = [k.split("/")[1] for k in g.endpoints]
+    least = next(n for n in names if n != home.key.split("/")[1])
+    _report(g, **{n: S(running=8, waiting=9) for n in names} | {least: S(running=8, waiting=2)})
+    c = g.choose_prefix("tenant-3", 64, 125, "", frozenset())
+    assert c.fallback and c.endpoint.key == f"ns/{least}"
+    # without reports the fallback is KubeAI's: the key's home
+    for e in g.endpoints.values():
+        e.engine = None
+        for _ in range(30 if e is home else 10):
+            g.acquire(e)
+    c = g.choose_prefix("tenant-3", 64, 125, "", frozenset())
+    assert c.endpoint is not home  # over the bound: spills to the next under it

@@ -15,7 +15,13 @@ it met when none is.
 "Load" is :func:`.score.endpoint_load`: what the engine reports where it does
 (queue, batch, KV-cache use), else KubeAI's measure, the requests in flight
 through this proxy replica. With no engine reports both strategies are
-KubeAI's, choice for choice.
+KubeAI's, choice for choice. Where engines report, PrefixHash also passes over
+an engine with a waiting queue (:func:`.score.queued`: it admits nothing new
+now, so a request there waits for a running one to finish, while elsewhere it
+only pays the prefill of its uncached prompt -- the queue filter the Gateway
+API Inference Extension's scheduler applies before prefix affinity), and when
+no endpoint is acceptable it takes the least loaded one rather than the key's
+home (under saturation the home's queue is the longest wait).
 """
 
 from __future__ import annotations
@@ -118,8 +124,10 @@ class Ring:
         adapter: str = "",
         skip: frozenset[str] = frozenset(),
         load: Callable[[Endpoint], float] | None = None,
+        admits: Callable[[Endpoint], bool] | None = None,
     ) -> Choice:
-        """``total_in_flight`` is the group's total ``load`` (default: in-flight counts)."""
+        """``total_in_flight`` is the group's total ``load`` (default: in-flight counts);
+        an endpoint ``admits`` rejects is passed over like one above the bound."""
         n = len(self._hashes)
         if not n or not endpoints:
             return Choice(None)
@@ -145,7 +153,7 @@ class Ring:
                 continue
             if fallback is None:
                 fallback = ep
-            if total_in_flight == 0 or (ep.in_flight if load is None else load(ep)) <= bound:
+            if total_in_flight == 0 or ((ep.in_flight if load is None else load(ep)) <= bound and (admits is None or admits(ep))):
                 return Choice(ep, initial, False, examined)
             rejected.add(owner)
             if len(rejected) == len(endpoints):

@@ -29,7 +29,7 @@ from kaiwo_ctrl.runtime.cache import Cache
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.resources import PODS
 from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, least_load
-from kaiwo_ctrl.serving.proxy.score import endpoint_load
+from kaiwo_ctrl.serving.proxy.score import endpoint_load, fresh, queued
 
 POD_SELECTOR = "app=model"
 MODEL_LABEL = "model"
@@ -130,12 +130,18 @@ class Group:
             for k in self.endpoints:
                 self.ring.add(k)
         now = time.monotonic()
+        eps = self.endpoints
+        if not any(fresh(ep, now) for ep in eps.values()):  # no engine reports: KubeAI's choice
+            return self.ring.choose(key, eps, self.total, mean_load_factor, adapter, skip)
 
         def load(ep: Endpoint) -> float:
             return ep.in_flight if ep.engine is None else endpoint_load(ep, now)
 
-        total = sum(load(ep) for ep in self.endpoints.values())
-        return self.ring.choose(key, self.endpoints, total, mean_load_factor, adapter, skip, load)
+        total = sum(load(ep) for ep in eps.values())
+        c = self.ring.choose(key, eps, total, mean_load_factor, adapter, skip, load, lambda ep: not queued(ep, now))
+        if c.fallback:  # nothing acceptable: the least loaded, not the home's queue
+            c.endpoint = least_load(eps.values(), adapter, skip, now) or c.endpoint
+        return c
 
     def choose_least(self, adapter: str, skip: frozenset[str]) -> Endpoint | None:
         return least_load(self.endpoints.values(), adapter, skip, time.monotonic())

@@ -77,5 +77,10 @@ def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
     return load
 
 
+def queued(ep: Endpoint, now: float) -> bool:
+    """The engine reported requests waiting: it admits nothing new now."""
+    return ep.engine is not None and now <= ep.engine_until and ep.engine.waiting > 0
+
+
 def fresh(ep: Endpoint, now: float) -> bool:
     return ep.engine is not None and now <= ep.engine_until

@@ -43,6 +43,7 @@ import asyncio
 import os
 import random
 import resource
+import secrets
 import subprocess
 import statistics
 import sys
@@ -171,6 +172,7 @@ def _spawn(role: str, *args: str) -> subprocess.Popen:
 # ---------------------------------------------------------------------- load
 async def run_load(
     pool: Any, urls: list[tuple[str, str]], concurrency: int, total: int, stream: bool, service_ms: float | None = None,
+    extra_headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
 ) -> tuple[list[float], float, int]:
     """Closed-loop clients: latencies (s; time to first byte when streaming)
     less the service time each server reports for its reply, elapsed wall time, errors.
@@ -183,6 +185,7 @@ async def run_load(
     headers = [(b"Content-Type", b"application/json")]
     if service_ms is not None:
         headers.append((b"X-Service-Ms", str(service_ms).encode()))
+    headers += extra_headers
     lat: list[float] = []
     errors = 0
     it = iter(range(total))
@@ -338,7 +341,10 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
     from kaiwo_ctrl.runtime.http1 import Pool
 
     backends = [f"{h}:{INSTANT_PORT}" for h in HOSTS]
-    started = [("nginx", start_nginx(18481, backends), 18481), ("LiteLLM", start_litellm(18482, backends), 18482)]
+    # LiteLLM's proxy refuses to start without a master key; every contender gets the same header
+    key = "sk-bench-" + secrets.token_hex(16)
+    auth = [(b"Authorization", b"Bearer " + key.encode())]
+    started = [("nginx", start_nginx(18481, backends), 18481), ("LiteLLM", start_litellm(18482, backends, key), 18482)]
     contenders = [("ours", f"127.0.0.1:{ours_port}", "/openai/v1/completions", ours_pid)]
     contenders += [(name, f"127.0.0.1:{port}", "/v1/completions", p.pid) for name, p, port in started if p is not None]
     missing = [name for name, p, _ in started if p is None]
@@ -346,7 +352,7 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
     s = Pool(max_idle_per_host=1024)
     try:
         for _, authority, path, _ in contenders:
-            await run_load(s, [(authority, path)], 8, 200, False, 0)  # warm up; LiteLLM's first requests are slow
+            await run_load(s, [(authority, path)], 8, 200, False, 0, auth)  # warm up; LiteLLM's first requests are slow
         print("\npeers: added latency against instant servers (ms; the same closed-loop client, interleaved rounds; "
               f"non-streaming){'; left out: ' + ', '.join(missing) if missing else ''}")
         print(f"{'proxy':<9}{'clients':>8}{'direct p50':>12}{'p50':>9}{'added p50':>11}{'direct p99':>12}{'p99':>9}"
@@ -358,12 +364,12 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
             cpu = dict.fromkeys(lat, 0.0)
             errs = dict.fromkeys(lat, 0)
             for _ in range(4):
-                got, _, e = await run_load(s, direct, c, n // 4, False, 0)
+                got, _, e = await run_load(s, direct, c, n // 4, False, 0, auth)
                 lat["direct"] += got
                 errs["direct"] += e
                 for name, authority, path, pid in contenders:
                     c0 = _tree_cpu([pid])
-                    got, _, e = await run_load(s, [(authority, path)], c, n // 4, False, 0)
+                    got, _, e = await run_load(s, [(authority, path)], c, n // 4, False, 0, auth)
                     cpu[name] += _tree_cpu([pid]) - c0
                     lat[name] += got
                     errs[name] += e
@@ -379,7 +385,7 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
         for _ in range(3):
             for name, authority, path, pid in contenders:
                 c0 = _tree_cpu([pid])
-                _, dt, _ = await run_load(s, [(authority, path)], 64, n, False, 0)
+                _, dt, _ = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
                 cpus[name].append((_tree_cpu([pid]) - c0) / n)
                 rates[name].append(n / dt)
         for name, *_ in contenders:

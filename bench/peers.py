@@ -100,7 +100,7 @@ def ensure_litellm() -> Path | None:
     return exe
 
 
-def start_litellm(port: int, backends: list[str]) -> subprocess.Popen | None:
+def start_litellm(port: int, backends: list[str], master_key: str) -> subprocess.Popen | None:
     exe = ensure_litellm()
     if exe is None:
         return None
@@ -110,7 +110,7 @@ def start_litellm(port: int, backends: list[str]) -> subprocess.Popen | None:
         f"      api_base: http://{b}/v1\n      api_key: none\n" for b in backends
     )
     (d / "config.yaml").write_text(f"model_list:\n{models}litellm_settings:\n  telemetry: false\n  drop_params: true\n")
-    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"}
+    env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True", "LITELLM_MASTER_KEY": master_key}
     p = subprocess.Popen([str(exe), "--config", str(d / "config.yaml"), "--host", "127.0.0.1", "--port", str(port),
                           "--num_workers", "1"], stdout=subprocess.DEVNULL, stderr=open(d / "log", "wb"), env=env, cwd=d)  # noqa: SIM115
     if not _wait_http(f"http://127.0.0.1:{port}/health/liveliness", 180):

@@ -282,6 +282,8 @@ async def main(args: argparse.Namespace) -> None:
             level: list[dict] = []
             for replicas in (1, 2):
                 for name, strategy, scrape in STRATEGIES:
+                    if args.strategies and name not in args.strategies:
+                        continue
                     if strategy is None and replicas == 2:
                         level.append({**next(r for r in level if r["name"] == "random"), "replicas": 2})
                         continue
@@ -313,6 +315,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0, help="scales the first message's length")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
+    p.add_argument("--strategies", type=lambda x: x.split(","), default=[], help="only these (comma-separated names)")
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
     args = p.parse_args(argv)
     if args.quick:

@@ -280,7 +280,7 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "secrets",
         ("get", "list", "watch", "create", "update"),
         "webhooks/tls.py: the webhook certificate Secret in the operator's own namespace (every replica watches it, the leader writes it); "
-        "serving/proxy/fence.py: the route-token key Secret there (read, created if missing)",
+        "aim/fence.py: the route-token key Secret there (read, created if missing)",
     ),
 )
 

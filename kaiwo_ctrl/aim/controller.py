@@ -32,7 +32,7 @@ from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.resources import NAMESPACES, discover
-from kaiwo_ctrl.serving.proxy.fence import KEY_SECRET, ensure_route_key, route_token
+from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, route_token
 from kaiwo_ctrl.settings import operator_namespace
 
 from .effective import resolve

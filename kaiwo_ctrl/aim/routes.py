@@ -8,8 +8,8 @@ ReferenceGrant per tenant namespace, and what route status says.
   ``X-Kaiwo-Route-Token`` to the namespace's route token. That port is the
   proxy's fenced Gateway listener: it serves ``/<namespace>/<model>/v1/...``
   only with ``<namespace>``'s token, so this route reaches only its own
-  namespace's Models, whatever other routes a tenant writes (the proxy's
-  ``fence`` module). No path rewriting is needed.
+  namespace's Models, whatever other routes a tenant writes (:mod:`.fence`).
+  No path rewriting is needed.
 * A cross-namespace backendRef is only allowed by a ReferenceGrant in the
   target namespace: one per tenant namespace, in the operator's namespace,
   named ``aim-routes-<namespace>``, labelled with the tenant namespace. A grant
@@ -24,7 +24,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.ownership import owner_reference
 from kaiwo_ctrl.runtime.objpath import meta as _meta
-from kaiwo_ctrl.serving.proxy.fence import TOKEN_HEADER
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ROUTE_API = f"{GATEWAY_GROUP}/v1"

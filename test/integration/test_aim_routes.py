@@ -16,7 +16,7 @@ from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.serving.proxy import fence
+from kaiwo_ctrl.aim import fence
 from support import eventually
 from test_aim_workloads import config_url, create_config
 from test_workloads_support import MERGE, conditions, create_kaiwo, get

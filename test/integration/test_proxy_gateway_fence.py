@@ -19,7 +19,7 @@ from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
 from kaiwo_ctrl.serving.command import run_with_manager
-from kaiwo_ctrl.serving.proxy import fence
+from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
 from proxy_support import Proxy, backends, create_model, server_pod  # noqa: F401 - fixtures

@@ -269,7 +269,7 @@ async def test_operator_routes_reach_only_their_own_namespace(policies, admin, n
     """What aim/routes.py writes passes; a route in this namespace aimed at another
     namespace's Models, rewritten, sent elsewhere or not owned by a Model is refused."""
     from kaiwo_ctrl.aim.routes import desired_route
-    from kaiwo_ctrl.serving.proxy.fence import route_token
+    from kaiwo_ctrl.aim.fence import route_token
 
     await _wait_active(admin, namespace)
     routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)

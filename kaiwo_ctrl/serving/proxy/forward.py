@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from kaiwo_ctrl.runtime.http1 import Pool
 from kaiwo_ctrl.runtime.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
-from kaiwo_ctrl.serving.proxy.fence import TOKEN_HEADER_KEY
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})

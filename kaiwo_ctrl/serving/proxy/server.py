@@ -23,7 +23,7 @@ from kaiwo_ctrl.runtime.informerapi import Backoff
 from kaiwo_ctrl.runtime.http1server import Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.serving.proxy.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
@@ -82,7 +82,7 @@ def route(handler: ProxyHandler):
 
 def gateway_route(handler: ProxyHandler, key: bytes):
     """The Gateway listener's routes: only ``/<namespace>/<model>/v1/<route>`` with the namespace's
-    route token (see :mod:`.fence`); anything else, ``/openai/v1`` included, is one and the same 404,
+    route token (see :mod:`kaiwo_ctrl.aim.fence`); anything else, ``/openai/v1`` included, is one and the same 404,
     given before the Model is looked up, so it tells nothing of what exists."""
 
     async def dispatch(request: Request) -> Response | Streamed:

@@ -1,4 +1,4 @@
-"""The tenant fence of the proxy's Gateway listener.
+"""The tenant fence of the proxy's Gateway listener (the proxy and the AIM routes share it).
 
 Traffic from the shared Gateway reaches the proxy on its own listener
 (``--proxy-gateway-bind-address``), never on the in-cluster one. There a

@@ -111,6 +111,7 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
         code, _, raw = await fenced.post(path, {**body, "messages": [], "prompt": "x"}, headers=dict(headers))
         assert code == 404 and orjson.loads(raw) == NOT_FOUND, (label, code, raw)
 
+    assert fenced.metric("kaiwo_proxy_gateway_refused_total") == len(hostile)
     # no hint whether A has the Model: a Model that exists and one that does not get the same answer
     answers = set()
     for model in ("m", "no-such-model"):

@@ -9,10 +9,12 @@ import hmac
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from kaiwo_ctrl.runtime.http1message import Request, Response
 from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.forward import request_headers
+from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.server import gateway_route, route
 
 KEY = bytes(range(32))
@@ -79,6 +81,7 @@ def test_token_header_never_reaches_the_model_server():
 class FakeHandler:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.metrics = ProxyMetrics(CollectorRegistry())
 
     async def proxy(self, request, rest, namespace, model):
         self.calls.append(("proxy", rest, namespace, model))
@@ -127,6 +130,7 @@ async def test_gateway_listener_serves_only_its_namespace_with_its_token():
         assert resp.status == 404, label
         bodies.add(bytes(resp.body))
     assert h.calls[calls:] == []  # nothing was looked up
+    assert h.metrics.gateway_refused._value.get() == len(refused)
     # one and the same OpenAI-shaped answer for each: it says nothing of what exists
     assert len(bodies) == 1
     assert orjson.loads(bodies.pop()) == {"error": {"message": "not found", "type": "not_found_error", "code": 404}}

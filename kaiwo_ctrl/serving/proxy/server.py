@@ -84,11 +84,13 @@ def gateway_route(handler: ProxyHandler, key: bytes):
     """The Gateway listener's routes: only ``/<namespace>/<model>/v1/<route>`` with the namespace's
     route token (see :mod:`kaiwo_ctrl.aim.fence`); anything else, ``/openai/v1`` included, is one and the same 404,
     given before the Model is looked up, so it tells nothing of what exists."""
+    refused = handler.metrics.gateway_refused
 
     async def dispatch(request: Request) -> Response | Streamed:
         parts = _path(request).split("/", 4)
         if (len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]
                 or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY))):
+            refused.inc()
             return error_response(404, "not found")
         out = _serve(handler, request, parts[1], parts[2], parts[4])
         return out if isinstance(out, Response) else await out

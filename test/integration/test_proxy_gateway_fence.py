@@ -26,6 +26,8 @@ from proxy_support import Proxy, backends, create_model, server_pod  # noqa: F40
 
 pytestmark = pytest.mark.integration
 
+#: Model names of their own: other tests resolve unqualified names across every namespace
+M, BM, TWIN = "fence-m", "fence-bm", "fence-twin"
 NOT_FOUND = {"error": {"message": "not found", "type": "not_found_error", "code": 404}}
 
 
@@ -72,9 +74,9 @@ def _route_headers(key: bytes, ns: str, model: str) -> dict[str, str]:
 
 async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admin, backends):
     a, b = _namespace(admin, "ta"), _namespace(admin, "tb")
-    for ns, name in ((a, "m"), (b, "bm"), (b, "twin"), (a, "twin")):
+    for ns, name in ((a, M), (b, BM), (b, TWIN), (a, TWIN)):
         create_model(admin, ns, name, autoscalingDisabled=True)
-    back = {(ns, name): await backends(f"{ns}-{name}") for ns, name in ((a, "m"), (b, "bm"), (a, "twin"), (b, "twin"))}
+    back = {(ns, name): await backends(f"{ns}-{name}") for ns, name in ((a, M), (b, BM), (a, TWIN), (b, TWIN))}
     for (ns, name), srv in back.items():
         server_pod(admin, ns, name, srv)
         await fenced.wait_endpoints(ns, name, 1)
@@ -82,29 +84,29 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
     # the key was made once by the proxy; a second reader gets the same one
     key = _key(admin, fenced.op_ns)
     assert await fence.ensure_route_key(fenced.mgr.client, fenced.op_ns) == key
-    a_route, b_route = _route_headers(key, a, "m"), _route_headers(key, b, "bm")
+    a_route, b_route = _route_headers(key, a, M), _route_headers(key, b, BM)
 
     # the operator-made route for A reaches A's Model; the token goes no further than the proxy
-    code, _, raw = await fenced.post(f"/{a}/m/v1/chat/completions", {"model": "m", "messages": []}, headers=dict(a_route))
-    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-m", raw
-    assert fence.TOKEN_HEADER.lower() not in {h.lower() for h in back[(a, "m")].requests[-1]["headers"]}
+    code, _, raw = await fenced.post(f"/{a}/{M}/v1/chat/completions", {"model": M, "messages": []}, headers=dict(a_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-{M}", raw
+    assert fence.TOKEN_HEADER.lower() not in {h.lower() for h in back[(a, M)].requests[-1]["headers"]}
     # and B's reaches B's
-    code, _, raw = await fenced.post(f"/{b}/bm/v1/completions", {"model": "bm", "prompt": "x"}, headers=dict(b_route))
-    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-bm", raw
+    code, _, raw = await fenced.post(f"/{b}/{BM}/v1/completions", {"model": BM, "prompt": "x"}, headers=dict(b_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-{BM}", raw
 
-    served_a = len(back[(a, "m")].requests)
+    served_a = len(back[(a, M)].requests)
     hostile = {
         # B's own route, rewritten to A's path: without a token, or with B's
-        "A's path, no token": (f"/{a}/m/v1/chat/completions", {"model": "m"}, {}),
-        "A's path, B's token": (f"/{a}/m/v1/chat/completions", {"model": "m"}, b_route),
-        "A's path, B's token, A's model qualified": (f"/{a}/m/v1/chat/completions", {"model": f"{a}/m"}, b_route),
+        "A's path, no token": (f"/{a}/{M}/v1/chat/completions", {"model": M}, {}),
+        "A's path, B's token": (f"/{a}/{M}/v1/chat/completions", {"model": M}, b_route),
+        "A's path, B's token, A's model qualified": (f"/{a}/{M}/v1/chat/completions", {"model": f"{a}/{M}"}, b_route),
         # rewritten to the body-named route, with A's model in the body
-        "/openai/v1, A's model in the body, B's token": ("/openai/v1/chat/completions", {"model": f"{a}/m"}, b_route),
-        "/openai/v1, A's model in the body, A's token": ("/openai/v1/chat/completions", {"model": f"{a}/m"}, a_route),
-        "/openai/v1, A's model unqualified": ("/openai/v1/completions", {"model": "m"}, b_route),
-        "token of a namespace named like the path": (f"/{a}/m/v1/completions", {"model": "m"},
+        "/openai/v1, A's model in the body, B's token": ("/openai/v1/chat/completions", {"model": f"{a}/{M}"}, b_route),
+        "/openai/v1, A's model in the body, A's token": ("/openai/v1/chat/completions", {"model": f"{a}/{M}"}, a_route),
+        "/openai/v1, A's model unqualified": ("/openai/v1/completions", {"model": M}, b_route),
+        "token of a namespace named like the path": (f"/{a}/{M}/v1/completions", {"model": M},
                                                      {fence.TOKEN_HEADER: fence.route_token(key, b)}),
-        "A's token as two values": (f"/{a}/m/v1/completions", {"model": "m"},
+        "A's token as two values": (f"/{a}/{M}/v1/completions", {"model": M},
                                     {fence.TOKEN_HEADER: fence.route_token(key, a) + ", " + fence.route_token(key, a)}),
     }
     for label, (path, body, headers) in hostile.items():
@@ -114,34 +116,34 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
     assert fenced.metric("kaiwo_proxy_gateway_refused_total") == len(hostile)
     # no hint whether A has the Model: a Model that exists and one that does not get the same answer
     answers = set()
-    for model in ("m", "no-such-model"):
+    for model in (M, "no-such-model"):
         code, _, raw = await fenced.post(f"/{a}/{model}/v1/completions", {"model": model, "prompt": "x"}, headers=dict(b_route))
         answers.add((code, raw))
     assert answers == {(404, orjson.dumps(NOT_FOUND))}
 
     # B's own path with A's model named in the body: still B's Model, or nothing
-    code, _, raw = await fenced.post(f"/{b}/bm/v1/completions", {"model": f"{a}/m", "prompt": "x"}, headers=dict(b_route))
-    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-bm", raw
-    code, _, raw = await fenced.post(f"/{b}/m/v1/completions", {"model": "m", "prompt": "x"}, headers=dict(b_route))
+    code, _, raw = await fenced.post(f"/{b}/{BM}/v1/completions", {"model": f"{a}/{M}", "prompt": "x"}, headers=dict(b_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-{BM}", raw
+    code, _, raw = await fenced.post(f"/{b}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=dict(b_route))
     assert code == 404, raw  # B has no Model m; A's is not found through B's namespace
-    assert len(back[(a, "m")].requests) == served_a, "no refused request reached A's Model"
+    assert len(back[(a, M)].requests) == served_a, "no refused request reached A's Model"
 
     # listing: B's token shows nothing of A; A's shows only A's twin, not B's
-    async with fenced.http.get(f"{fenced.url}/{a}/twin/v1/models", headers=b_route) as r:
+    async with fenced.http.get(f"{fenced.url}/{a}/{TWIN}/v1/models", headers=b_route) as r:
         assert r.status == 404 and orjson.loads(await r.read()) == NOT_FOUND
     async with fenced.http.get(f"{fenced.url}/openai/v1/models", headers=a_route) as r:
         assert r.status == 404
-    twin_a = _route_headers(key, a, "twin")
-    async with fenced.http.get(f"{fenced.url}/{a}/twin/v1/models", headers=twin_a) as r:
+    twin_a = _route_headers(key, a, TWIN)
+    async with fenced.http.get(f"{fenced.url}/{a}/{TWIN}/v1/models", headers=twin_a) as r:
         assert r.status == 200
-        assert [d["id"] for d in orjson.loads(await r.read())["data"]] == [f"{a}/twin"]
-    code, _, raw = await fenced.post(f"/{a}/twin/v1/completions", {"model": "twin", "prompt": "x"}, headers=twin_a)
-    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-twin", raw
+        assert [d["id"] for d in orjson.loads(await r.read())["data"]] == [f"{a}/{TWIN}"]
+    code, _, raw = await fenced.post(f"/{a}/{TWIN}/v1/completions", {"model": TWIN, "prompt": "x"}, headers=twin_a)
+    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-{TWIN}", raw
 
     # the in-cluster listener keeps today's routes for direct clients
-    async with fenced.http.post(f"{fenced.inner}/openai/v1/completions", data=orjson.dumps({"model": f"{a}/m", "prompt": "x"}),
+    async with fenced.http.post(f"{fenced.inner}/openai/v1/completions", data=orjson.dumps({"model": f"{a}/{M}", "prompt": "x"}),
                                 headers={"Content-Type": "application/json"}) as r:
-        assert r.status == 200 and orjson.loads(await r.read())["server"] == f"{a}-m"
+        assert r.status == 200 and orjson.loads(await r.read())["server"] == f"{a}-{M}"
 
 
 async def test_a_bad_key_secret_keeps_the_gateway_listener_closed(control_plane, admin, caplog):

@@ -25,6 +25,12 @@ Prints:
 * 2,000 concurrent SSE streams held open through one proxy process (errors,
   proxy peak RSS), and PrefixHash quality for a multi-tenant prompt mix (share
   of requests on their prefix's home endpoint, max/mean load);
+* peers (``--peers``, on by default; ``--only-peers`` for just this part):
+  ours, nginx (Debian's package) and LiteLLM's proxy (from PyPI, in the
+  bench's own venv) in front of the same instant servers, with the same client,
+  interleaved round by round: added p50/p99 at 1/64/512 clients, CPU per
+  proxied request (the process and its children), and saturation throughput
+  (bench/peers.py installs and starts them, and says when one is left out);
 * the load average before and after.
 
     .venv/bin/python bench/bench_proxy.py [--quick] [--service-ms 20] [--chunk-ms 5]
@@ -37,6 +43,7 @@ import asyncio
 import os
 import random
 import resource
+import secrets
 import subprocess
 import statistics
 import sys
@@ -51,7 +58,9 @@ from procstat import cpu_seconds, peak_rss_mib
 
 HOSTS = [f"127.0.0.{11 + i}" for i in range(4)]
 PORT_BASE = 18400
-REPLY = orjson.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [{"text": "ok", "index": 0}]})
+REPLY = orjson.dumps({"id": "cmpl-1", "object": "text_completion", "created": 1700000000, "model": "bench",
+                      "choices": [{"text": "ok", "index": 0, "logprobs": None, "finish_reason": "length"}],
+                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
 def _raise_nofile() -> None:
@@ -66,7 +75,7 @@ def _loop_factory():
 
 
 # ------------------------------------------------------------------ backends
-async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: float) -> None:
+async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: float, port: int = PORT_BASE) -> None:
     """The fake model servers, on the lean server of kaiwo_ctrl/runtime/http1server.py
     (about a third of aiohttp's CPU per request): real model servers run on other
     machines, so the less of the 2 cores they take here, the more the figures
@@ -108,14 +117,14 @@ async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: f
 
     server = Server(handle)
     for h in HOSTS:
-        await server.start(h, PORT_BASE)
+        await server.start(h, port)
     _settle()
     print("ready", flush=True)
     await asyncio.Event().wait()
 
 
 # --------------------------------------------------------------------- proxy
-async def _proxy_main(port: int) -> None:
+async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.kinds import MODELS
@@ -133,7 +142,7 @@ async def _proxy_main(port: int) -> None:
     tracker = EndpointTracker()
     for i, h in enumerate(HOSTS):
         tracker.on_add({"metadata": {"name": f"p{i}", "namespace": "default", "labels": {"app": "model", "model": "bench"},
-                                     "annotations": {"model-pod-port": str(PORT_BASE)}},
+                                     "annotations": {"model-pod-port": str(backend_port)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     server = ProxyServer(ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None), ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
@@ -163,6 +172,7 @@ def _spawn(role: str, *args: str) -> subprocess.Popen:
 # ---------------------------------------------------------------------- load
 async def run_load(
     pool: Any, urls: list[tuple[str, str]], concurrency: int, total: int, stream: bool, service_ms: float | None = None,
+    extra_headers: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
 ) -> tuple[list[float], float, int]:
     """Closed-loop clients: latencies (s; time to first byte when streaming)
     less the service time each server reports for its reply, elapsed wall time, errors.
@@ -175,6 +185,7 @@ async def run_load(
     headers = [(b"Content-Type", b"application/json")]
     if service_ms is not None:
         headers.append((b"X-Service-Ms", str(service_ms).encode()))
+    headers += extra_headers
     lat: list[float] = []
     errors = 0
     it = iter(range(total))
@@ -306,6 +317,87 @@ async def streams_phase(proxy_port: int, proxy_pid: int, count: int, hold: float
           f"proxy peak RSS {peak_rss_mib(proxy_pid):.0f} MiB (was {rss0:.0f} MiB before)")
 
 
+# --------------------------------------------------------------------- peers
+INSTANT_PORT = PORT_BASE + 1
+
+
+def _tree_cpu(pids: list[int]) -> float:
+    from peers import tree_pids
+
+    total = 0.0
+    for root in pids:
+        for p in tree_pids(root):
+            try:
+                total += cpu_seconds(p)
+            except OSError:
+                pass
+    return total
+
+
+async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
+    """Ours, nginx and LiteLLM's proxy in front of the same instant servers, interleaved round by round."""
+    from peers import start_litellm, start_nginx
+
+    from kaiwo_ctrl.runtime.http1 import Pool
+
+    backends = [f"{h}:{INSTANT_PORT}" for h in HOSTS]
+    # LiteLLM's proxy refuses to start without a master key; every contender gets the same header
+    key = "sk-bench-" + secrets.token_hex(16)
+    auth = [(b"Authorization", b"Bearer " + key.encode())]
+    started = [("nginx", start_nginx(18481, backends), 18481), ("LiteLLM", start_litellm(18482, backends, key), 18482)]
+    contenders = [("ours", f"127.0.0.1:{ours_port}", "/openai/v1/completions", ours_pid)]
+    contenders += [(name, f"127.0.0.1:{port}", "/v1/completions", p.pid) for name, p, port in started if p is not None]
+    missing = [name for name, p, _ in started if p is None]
+    direct = [(b, "/v1/completions") for b in backends]
+    s = Pool(max_idle_per_host=1024)
+    try:
+        for _, authority, path, _ in contenders:
+            await run_load(s, [(authority, path)], 8, 200, False, 0, auth)  # warm up; LiteLLM's first requests are slow
+        print("\npeers: added latency against instant servers (ms; the same closed-loop client, interleaved rounds; "
+              f"non-streaming){'; left out: ' + ', '.join(missing) if missing else ''}")
+        print(f"{'proxy':<9}{'clients':>8}{'direct p50':>12}{'p50':>9}{'added p50':>11}{'direct p99':>12}{'p99':>9}"
+              f"{'added p99':>11}{'errors':>8}{'CPU/req':>11}")
+        for c in (1, 64, 512):
+            n = max(200 if quick else 800, c * (4 if quick else 8))
+            lat: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+            lat["direct"] = []
+            cpu = dict.fromkeys(lat, 0.0)
+            errs = dict.fromkeys(lat, 0)
+            for _ in range(4):
+                got, _, e = await run_load(s, direct, c, n // 4, False, 0, auth)
+                lat["direct"] += got
+                errs["direct"] += e
+                for name, authority, path, pid in contenders:
+                    c0 = _tree_cpu([pid])
+                    got, _, e = await run_load(s, [(authority, path)], c, n // 4, False, 0, auth)
+                    cpu[name] += _tree_cpu([pid]) - c0
+                    lat[name] += got
+                    errs[name] += e
+            d50, d99 = pct(lat["direct"], .5), pct(lat["direct"], .99)
+            for name, *_ in contenders:
+                xs = lat[name]
+                print(f"{name:<9}{c:>8}{d50:>12.2f}{pct(xs, .5):>9.2f}{pct(xs, .5) - d50:>11.2f}{d99:>12.2f}{pct(xs, .99):>9.2f}"
+                      f"{pct(xs, .99) - d99:>11.2f}{errs[name]:>8}{cpu[name] / max(1, len(xs)) * 1e6:>8.0f} us", flush=True)
+        n = 1500 if quick else 4000
+        print(f"\npeers: saturation (instant servers, 64 closed-loop clients, {n} requests each, 3 interleaved rounds, medians)")
+        rates: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+        cpus: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+        for _ in range(3):
+            for name, authority, path, pid in contenders:
+                c0 = _tree_cpu([pid])
+                _, dt, _ = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
+                cpus[name].append((_tree_cpu([pid]) - c0) / n)
+                rates[name].append(n / dt)
+        for name, *_ in contenders:
+            print(f"{name:<9}{statistics.median(rates[name]):>10,.0f} req/s   CPU {statistics.median(cpus[name]) * 1e6:>6.0f} us per request")
+    finally:
+        await s.close()
+        for _, p, _ in started:
+            if p is not None:
+                p.terminate()
+                p.wait(10)
+
+
 # ---------------------------------------------------------------- PrefixHash
 def prefix_quality(endpoints: int = 8, tenants: int = 200, requests: int = 50000, in_flight: int = 256, seed: int = 1) -> None:
     """Event simulation of the CHWBL choice: Zipf-popular tenant prefixes, requests finishing at random."""
@@ -355,12 +447,16 @@ def main() -> int:
                     help="each reply's service time is drawn uniformly from service-ms x (1 +- this); 0 = all equal")
     ap.add_argument("--chunk-ms", type=float, default=5.0, help="time between SSE chunks")
     ap.add_argument("--chunks", type=int, default=4, help="SSE chunks after the first")
+    ap.add_argument("--backend-port", type=int, default=PORT_BASE, help=argparse.SUPPRESS)
+    ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure nginx and LiteLLM's proxy (installed into the bench's own environment when missing)")
+    ap.add_argument("--only-peers", action="store_true", help="only the peers comparison")
     args = ap.parse_args()
     _raise_nofile()
     factory = _loop_factory()
     if args.role:
-        coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks, args.service_jitter) if args.role == "backend"
-                else _proxy_main(args.port))
+        coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks, args.service_jitter, args.backend_port)
+                if args.role == "backend" else _proxy_main(args.port, args.backend_port))
         with asyncio.Runner(loop_factory=factory) as r:
             r.run(coro)
         return 0
@@ -369,14 +465,21 @@ def main() -> int:
     backend = _spawn("backend", f"--service-ms={args.service_ms}", f"--service-jitter={args.service_jitter}",
                      f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
     proxy = _spawn("proxy", f"--port={args.port}")
+    extra: list[subprocess.Popen] = []
     try:
         with asyncio.Runner(loop_factory=factory) as r:
-            r.run(latency_phase(args.port, proxy.pid, args.quick, args.service_ms))
-            r.run(streams_phase(args.port, proxy.pid, 500 if args.quick else args.streams, args.hold))
-        prefix_quality(requests=10000 if args.quick else 50000)
+            if not args.only_peers:
+                r.run(latency_phase(args.port, proxy.pid, args.quick, args.service_ms))
+                r.run(streams_phase(args.port, proxy.pid, 500 if args.quick else args.streams, args.hold))
+            if args.peers or args.only_peers:
+                extra.append(_spawn("backend", "--service-ms=0", "--service-jitter=0", f"--backend-port={INSTANT_PORT}"))
+                extra.append(_spawn("proxy", f"--port={args.port + 10}", f"--backend-port={INSTANT_PORT}"))
+                r.run(peers_phase(args.port + 10, extra[-1].pid, args.quick))
+        if not args.only_peers:
+            prefix_quality(requests=10000 if args.quick else 50000)
         print(f"\nload average at the end: {load_avg()}")
     finally:
-        for p in (proxy, backend):
+        for p in (*extra, proxy, backend):
             p.terminate()
             p.wait(10)
     return 0

@@ -41,6 +41,8 @@ BIN = Path(sys.executable).parent
 #: How long a simulated Job Pod runs: long enough that a test can act while two
 #: jobs hold the GPU quota (submit a higher-priority job, add a node).
 E2E_POD_RUN_MS = int(os.environ.get("KAIWO_SIM_POD_RUN_MS", "20000"))
+#: Where kwok forwards pod port 8080 of every simulated pod (a test's server listens there).
+E2E_FORWARD_TARGET = free_port()
 
 
 def tool(name: str) -> str:
@@ -99,7 +101,8 @@ class Kubectl:
 
 @pytest.fixture(scope="session")
 def sim_plane(tmp_path_factory: pytest.TempPathFactory):
-    plane = start_sim_plane(tmp_path_factory.mktemp("sim-plane"), run_ms=E2E_POD_RUN_MS)
+    plane = start_sim_plane(tmp_path_factory.mktemp("sim-plane"), run_ms=E2E_POD_RUN_MS,
+                            sim_forwards={8080: E2E_FORWARD_TARGET})
     yield plane
     plane.stop()
 

@@ -65,7 +65,7 @@ def third_party_crds(plane: ControlPlane) -> list[Path]:
     return [f for f in plane.crd_files() if own not in f.resolve().parents]
 
 
-def start_sim_plane(directory: Path, run_ms: int = POD_RUN_MS) -> SimPlane:
+def start_sim_plane(directory: Path, run_ms: int = POD_RUN_MS, sim_forwards: dict[int, int] | None = None) -> SimPlane:
     """etcd + apiserver + controller-manager + scheduler (default and kaiwo-scheduler
     profiles) + kwok + Kueue.
 
@@ -73,7 +73,7 @@ def start_sim_plane(directory: Path, run_ms: int = POD_RUN_MS) -> SimPlane:
     ``kubectl apply -k config/default``, as in a real installation. Kueue starts
     once its CRDs are there.
     """
-    plane = SimPlane(directory, sim_assets(directory, run_ms), components=SIMULATE_COMPONENTS)
+    plane = SimPlane(directory, sim_assets(directory, run_ms), components=SIMULATE_COMPONENTS, sim_forwards=sim_forwards)
     return plane.start(crd_files=third_party_crds(plane))
 
 

@@ -107,6 +107,12 @@ def _add_local_command(sub: Any) -> None:
     up = lsub.add_parser("up", help="start it and return; processes keep running")
     up.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
     up.add_argument("--simulate", action="store_true", help="also run controller-manager, scheduler, kwok (Pods run on fake Nodes) and Kueue")
+    up.add_argument("--sim-forward", action="append", default=None, metavar="POD_PORT[:LOCAL_PORT]",
+                    help="with --simulate: port-forward to pod port POD_PORT reaches 127.0.0.1:LOCAL_PORT "
+                    "(repeatable; default: 80, 8000, 8080, 8265 and 8888 to the same local port)")
+    up.add_argument("--no-sim-exec", dest="sim_exec", action="store_false",
+                    help="with --simulate: no exec into simulated pods (exec runs the command on this machine, "
+                    "and kwok's kubelet endpoint on 127.0.0.1 authenticates nobody)")
     down = lsub.add_parser("down", help="stop it and remove its directory")
     down.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
     down.add_argument("--keep", action="store_true", help="keep the directory (logs)")
@@ -123,6 +129,10 @@ def _webhook_args(run: argparse.ArgumentParser) -> None:
     w.add_argument("--webhook-config-prefix", default=env("WEBHOOK_CONFIG_PREFIX", "kaiwo"),
                    help="names: PREFIX-mutating-webhook-configuration, PREFIX-validating-webhook-configuration")
     w.add_argument("--webhook-cert-secret", default=env("WEBHOOK_CERT_SECRET", "kaiwo-webhook-server-cert"))
+    w.add_argument("--webhook-cert-source", choices=["self", "secret"], default=env("WEBHOOK_CERT_SOURCE", "self"),
+                   help="self: the operator issues and rotates its CA and certificate in --webhook-cert-secret; "
+                        "secret: another issuer (cert-manager) writes that Secret (tls.crt, tls.key, ca.crt) and "
+                        "the operator serves it and publishes its ca.crt as the caBundle")
     w.add_argument("--webhook-cert-validity", default=env("WEBHOOK_CERT_VALIDITY", "2160h"),
                    help="serving certificate lifetime (Go duration); renewed with a third left")
     w.add_argument("--enforcement-namespace-selector", default=env("ENFORCEMENT_NAMESPACE_SELECTOR", ""),
@@ -146,6 +156,7 @@ def _webhook_options(args: argparse.Namespace, namespace: str):
         enforce=os.environ.get("ENFORCE_KAIWO_ON_GPU_WORKLOADS", "").strip().lower() == "true",
         enforcement_namespace_selector=args.enforcement_namespace_selector,
         enforcement_failure_policy=args.enforcement_failure_policy,
+        external_certs=args.webhook_cert_source == "secret",
     )
 
 
@@ -191,7 +202,8 @@ def _local(args: argparse.Namespace) -> int:
     try:
         assets = locate_assets()
         components = SIMULATE_COMPONENTS if args.simulate else ()
-        cp = ControlPlane(args.dir.resolve(), assets, components=components).start()
+        cp = ControlPlane(args.dir.resolve(), assets, components=components,
+                          sim_forwards=_forwards(args.sim_forward), sim_exec=args.sim_exec).start()
     except ControlPlaneError as e:
         print(f"local up failed: {e}", file=sys.stderr)
         return 1
@@ -200,6 +212,23 @@ def _local(args: argparse.Namespace) -> int:
     print(f"  export KUBECONFIG={cp.kubeconfig}")
     print(f"stop with: kaiwo-ctrl local down --dir {args.dir}")
     return 0
+
+
+def _forwards(specs: list[str] | None) -> dict[int, int] | None:
+    """``--sim-forward 8000`` / ``8000:18000`` -> {pod port: local port}; None keeps the defaults."""
+    if specs is None:
+        return None
+    out = {}
+    for spec in specs:
+        pod, _, local = spec.partition(":")
+        try:
+            ports = int(pod), int(local or pod)
+        except ValueError:
+            raise SystemExit(f"--sim-forward {spec!r}: expected POD_PORT[:LOCAL_PORT]") from None
+        if not all(0 < p < 65536 for p in ports):
+            raise SystemExit(f"--sim-forward {spec!r}: ports are 1-65535")
+        out[ports[0]] = ports[1]
+    return out
 
 
 def _render(args: argparse.Namespace) -> int:

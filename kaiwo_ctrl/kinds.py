@@ -35,3 +35,6 @@ WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 RAYSERVICES = Resource("ray.io", "v1", "rayservices", "RayService")
 APPWRAPPERS = Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper")
+
+#: Gateway API Inference Extension (one pool per Model, opt-in).
+INFERENCEPOOLS = Resource("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool")

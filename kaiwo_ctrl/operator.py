@@ -39,12 +39,22 @@ async def build_operator(
     from kaiwo_ctrl.monitoring import setup as monitoring_setup
 
     monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up
+    from kaiwo_ctrl.monitoring.state import setup as state_metrics_setup
+
+    state_metrics_setup(mgr)  # kaiwo_workloads, kaiwo_model_replicas, ... read from the caches at scrape time
     from kaiwo_ctrl.serving import controller as serving
     from kaiwo_ctrl.serving.config import ConfigSource
 
     # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
     source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)
     serving.setup(mgr, source)
+    from kaiwo_ctrl.serving import inferencepool
+
+    # one InferencePool per Model (KaiwoConfig spec.models.inferencePools) needs the Inference Extension's CRD
+    if await inferencepool.served(mgr):
+        inferencepool.setup(mgr)
+    else:
+        log.info("InferencePool (inference.networking.k8s.io/v1) not served: KaiwoConfig spec.models.inferencePools has no effect")
     if webhooks is None:
         return None
     import dataclasses

@@ -180,6 +180,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     # (models list/watch and models/finalizers: see the KubeAI section below)
     Rule(GATEWAY, "gateways", ("list", "watch"), "aim/controller.py: Gateway informer (GatewayFound; only existence is read)"),
     Rule(GATEWAY, "httproutes", ("get", "list", "watch", "create", "patch", "delete"), "aim/controller.py: one HTTPRoute per Model (get: whose is a route name already taken)"),
+    Rule(
+        "inference.networking.k8s.io",
+        "inferencepools",
+        ("list", "watch", "create", "update", "delete"),
+        "serving/inferencepool.py: one InferencePool per Model when KaiwoConfig spec.models.inferencePools is on",
+    ),
     # --- admission webhooks ---------------------------------------------------
     Rule(
         "admissionregistration.k8s.io",

@@ -121,6 +121,26 @@ class KaiwoResourceMonitoringConfig(ApiModel):
     )
 
 
+class KaiwoModelsConfig(ApiModel):
+    """How KubeAI Models share the cluster with Kaiwo workloads."""
+
+    cluster_queue: str | None = field(
+        None,
+        description=(
+            "ClusterQueue for the server Pods of every Model that names none itself (label "
+            "kueue.x-k8s.io/queue-name or annotation kaiwo.silogen.ai/cluster-queue). Unset: such Models "
+            "run outside Kueue, as in KubeAI."
+        ),
+    )
+    inference_pools: bool = field(
+        False,
+        description=(
+            "Write an inference.networking.k8s.io/v1 InferencePool per Model (same name and namespace) "
+            "selecting its server Pods, for a Gateway with an endpoint picker."
+        ),
+    )
+
+
 class KaiwoConfigSpec(ApiModel):
     """Runtime configuration of the Kaiwo operator."""
 
@@ -146,6 +166,9 @@ class KaiwoConfigSpec(ApiModel):
             "Re-discover node pools and rewrite the default ClusterQueue on every queue-config reconcile, "
             "so it follows nodes being added, removed or cordoned."
         ),
+    )
+    models: KaiwoModelsConfig = field(
+        default_factory=KaiwoModelsConfig, description="KubeAI Models: Kueue admission and InferencePools."
     )
     data: KaiwoStorageConfigOverrides | None = field(
         None,

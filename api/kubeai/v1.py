@@ -15,7 +15,7 @@ VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 Engine = Literal["OLlama", "VLLM", "FasterWhisper", "Infinity"]
-ModelFeature = Literal["TextGeneration", "TextEmbedding", "SpeechToText"]
+ModelFeature = Literal["TextGeneration", "TextEmbedding", "Reranking", "SpeechToText"]  # Reranking: KubeAI 0.22, /v1/rerank
 LoadBalancingStrategy = Literal["LeastLoad", "PrefixHash"]
 
 MODEL_URL_SCHEMES = ("hf://", "pvc://", "ollama://", "s3://", "gs://", "oss://")
@@ -107,7 +107,7 @@ class ModelSpec(ApiModel):
     adapters: list[Adapter] | None = field(None, description="LoRA adapters (engine VLLM only).")
     features: list[ModelFeature] = field(
         description=(
-            "APIs the model supports: TextGeneration, TextEmbedding, SpeechToText. Required; may be empty."
+            "APIs the model supports: TextGeneration, TextEmbedding, Reranking, SpeechToText. Required; may be empty."
         )
     )
     engine: Engine = field(description="Inference engine: OLlama, VLLM, FasterWhisper or Infinity.")

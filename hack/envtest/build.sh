@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly"
 cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}/envtest"
 bin_stamp=$(printf '%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" | cat - "$here/k8s/go.sum" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
-crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$KWOK_VERSION" referencegrants | sha256sum | cut -c1-12)
+crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$GATEWAY_API_INFERENCE_EXTENSION_VERSION" "$KWOK_VERSION" referencegrants | sha256sum | cut -c1-12)
 kueue_stamp=$(printf '%s\n' "$KUEUE_VERSION" | cat - "$here/kueue/go.sum" | sha256sum | cut -c1-12)
 bin="$cache_root/bin-${K8S_VERSION}-${bin_stamp}"
 kueue_bin="$cache_root/kueue-${KUEUE_VERSION}-${kueue_stamp}"
@@ -84,6 +84,8 @@ if [ ! -f "$crds/.done" ]; then
   cp "$d/config/crd/bases/workload.codeflare.dev_appwrappers.yaml" "$crds/crds/"
   d=$(modir "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}")
   for k in gatewayclasses gateways httproutes referencegrants; do cp "$d/config/crd/standard/gateway.networking.k8s.io_${k}.yaml" "$crds/crds/"; done
+  d=$(modir "sigs.k8s.io/gateway-api-inference-extension@${GATEWAY_API_INFERENCE_EXTENSION_VERSION}")
+  cp "$d/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$crds/crds/"
   # kwok's stock "fast" stages: node init + heartbeat, pod ready/complete/delete
   d=$(modir "sigs.k8s.io/kwok@${KWOK_VERSION}")
   : > "$crds/kwok-stages.yaml"

@@ -28,6 +28,7 @@ from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODE
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import ApiError, Resource
 from kaiwo_ctrl.runtime.controller import Result, TerminalError
+from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
@@ -101,9 +102,10 @@ class AIMReconciler:
         self.gateways = cache.informer(GATEWAYS, transform=trim_gateway)
         self.jobs = cache.informer(KAIWOJOBS)
         self.services = cache.informer(KAIWOSERVICES)
-        #: (namespace, name) -> (resourceVersion written over, status written): while the cache
-        #: still shows the object as it was before our write, the same write is not sent again
-        self._written: dict[tuple[str, str], tuple[str, dict]] = {}
+        #: read-your-writes: while the cache still shows a config as it was before our status
+        #: write, the written object is read instead, so the same write is not sent again
+        self.expectations = expectations_for(mgr)
+        self.configs.add_handler(self.expectations.pruner(AIMNAMESPACECONFIGS.kind))
         #: (namespace, route name) held by an HTTPRoute we did not make
         self._taken: set[tuple[str, str]] = set()
         #: the route-token key (never logged); rotation: delete its Secret and restart the operator and proxies
@@ -163,9 +165,6 @@ class AIMReconciler:
                 spec_error=first_error(config),
             )
             await self._write_status(config, seen)
-        live = {(ns, _meta(c).get("name")) for c in configs}
-        for key in [k for k in self._written if k[0] == ns and k not in live]:
-            del self._written[key]
         # a route name held by someone else's HTTPRoute: look again later (we do not watch theirs)
         return Result(requeue_after=TAKEN_RETRY) if taken else None
 
@@ -254,20 +253,27 @@ class AIMReconciler:
                 if not (e.not_found or e.conflict):
                     raise
 
-    async def _write_status(self, config: Mapping[str, Any], seen: Observed) -> None:
-        meta = _meta(config)
-        key, rv = (meta.get("namespace") or "", meta.get("name") or ""), meta.get("resourceVersion") or ""
+    async def _write_status(self, cached: dict, seen: Observed) -> None:
+        meta = _meta(cached)
+        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        key = (AIMNAMESPACECONFIGS.kind, ns, name)
+        config = self.expectations.view(key, cached) or cached
         stored = config.get("status") or {}
-        new = desired_status(key[1], stored, seen, datetime.now(timezone.utc))
-        if new == stored or self._written.get(key) == (rv, new):
+        new = desired_status(name, stored, seen, datetime.now(timezone.utc))
+        if new == stored:
             return
         try:
-            await self.client.patch_status(AIMNAMESPACECONFIGS, key[1], {"status": new}, key[0])
+            # resourceVersion-guarded: a 409 (the config changed since the cache saw it) requeues
+            # the namespace, and the next pass computes the status from the new config
+            await self.expectations.write_status(
+                key, config, new,
+                lambda patch: self.client.patch_status(AIMNAMESPACECONFIGS, name, patch, ns),
+                own=False,  # the config watch ignores status-only updates (FieldsChanged below)
+            )
         except ApiError as e:
             if e.not_found:
                 return
             raise
-        self._written[key] = (rv, new)
 
     def _event(self, config: Mapping[str, Any] | None, route: Mapping[str, Any], reason: str, message: str) -> None:
         log.info(message, extra={"reason": reason, "route": _meta(route).get("name")})

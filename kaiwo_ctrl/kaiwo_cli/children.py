@@ -52,6 +52,13 @@ async def pods_of(client: Client, namespace: str, uid: str, child_uids: set[str]
     return sorted(mine, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
 
 
+async def workload_pods(client: Client, obj: dict[str, Any]) -> list[dict]:
+    """The pods of a workload: labelled with its run id, or owned by a Job it owns (the download Job)."""
+    ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
+    jobs = await _list(client, JOBS, ns, [])
+    return await pods_of(client, ns, uid, {j["metadata"]["uid"] for j in jobs if _owned_by(j, {uid})} | {uid}, [])
+
+
 async def family(client: Client, obj: dict[str, Any], *, with_workloads: bool = True) -> Family:
     ns, uid = obj["metadata"]["namespace"], obj["metadata"]["uid"]
     fam = Family()

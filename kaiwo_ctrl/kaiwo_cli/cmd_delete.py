@@ -44,10 +44,18 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
     label = f"{kind.lower()}/{name}"
     if not args.yes and not confirm(f"Delete {label} in namespace {namespace} and everything it created?"):
         raise CliError("aborted; nothing was deleted", FAILED)
-    try:
-        # the uid precondition makes sure a re-created workload of the same name is left alone
-        await client.delete(KINDS[kind], name, namespace, uid=obj["metadata"]["uid"])
-    except ApiError as e:
-        raise explain(e, client, what=label) from None
+    await delete_workload(client, obj)
     print(f"{label} deleted")
     return 0
+
+
+async def delete_workload(client: Client, obj: dict) -> str:
+    """Delete the workload ``obj`` (only that one: its uid is a precondition); its ``kind/name``."""
+    kind, meta = obj["kind"], obj["metadata"]
+    label = f"{kind.lower()}/{meta['name']}"
+    try:
+        # the uid precondition makes sure a re-created workload of the same name is left alone
+        await client.delete(KINDS[kind], meta["name"], meta["namespace"], uid=meta["uid"])
+    except ApiError as e:
+        raise explain(e, client, what=label) from None
+    return label

@@ -83,6 +83,18 @@ def rows(items: list[dict[str, Any]], wide: bool, all_ns: bool) -> tuple[list[st
     return headers, out
 
 
+async def fetch(client: Client, namespace: str | None, kinds: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every KaiwoJob and KaiwoService (or only ``kinds``) in ``namespace`` (None: all), kind set on each."""
+    items: list[dict[str, Any]] = []
+    for kind in kinds or list(KINDS):
+        found, _ = await client.list_all(KINDS[kind], namespace)
+        for o in found:
+            o.setdefault("kind", kind)
+            o.setdefault("apiVersion", KINDS[kind].api_version)
+        items += found
+    return items
+
+
 async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> int:
     namespace = None if args.all_namespaces else (args.namespace or defaults.namespace)
     user = None if args.all_users else (args.user or defaults.user)
@@ -90,13 +102,7 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
         print("kaiwo: note: no user configured (--user or kaiwoconfig.yaml); listing every user's workloads",
               file=sys.stderr)
     kinds = {"job": ["KaiwoJob"], "service": ["KaiwoService"]}.get(args.kind or "", list(KINDS))
-    items: list[dict[str, Any]] = []
-    for kind in kinds:
-        found, _ = await client.list_all(KINDS[kind], namespace)
-        for o in found:
-            o.setdefault("kind", kind)
-            o.setdefault("apiVersion", KINDS[kind].api_version)
-        items += found
+    items = await fetch(client, namespace, kinds)
     statuses = {s.strip().upper() for s in args.status.split(",") if s.strip()} if args.status else None
     items = select(items, user, statuses)
     if args.output in ("json", "yaml"):

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
 
 from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import JOBS, NODES, PODS
+from kaiwo_ctrl.runtime.resources import NODES, PODS
 
-from .children import pods_of
+from .children import workload_pods
 from .config import Defaults
 from .errors import NO_LOGS, NOT_FOUND, CliError
 from .kube import explain, find_workload
@@ -48,11 +49,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> int:
     namespace = args.namespace or defaults.namespace
     obj = await find_workload(client, namespace, args.name)
-    uid = obj["metadata"]["uid"]
-    jobs = await client.list(JOBS, namespace)
-    child_uids = {j["metadata"]["uid"] for j in jobs.get("items") or []
-                  if any(r.get("uid") == uid for r in j["metadata"].get("ownerReferences") or [])}
-    pods = await pods_of(client, namespace, uid, child_uids | {uid}, [])
+    pods = await workload_pods(client, obj)
     label = f"{obj['kind'].lower()}/{obj['metadata']['name']}"
     if args.pod:
         pods = [p for p in pods if p["metadata"]["name"] == args.pod]
@@ -86,21 +83,16 @@ def containers(pod: dict[str, Any], only: str | None) -> list[str]:
     return [n for n in names if n == only] if only else names
 
 
-async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: str, follow: bool,
-                     tail: int | None) -> bool:
-    """Write one container's log to stdout; explain on stderr why there is none. True if it streamed."""
-    meta, st = pod["metadata"], pod.get("status") or {}
-    name = meta["name"]
-    if not (pod.get("spec") or {}).get("nodeName") or (st.get("phase") == "Pending" and not st.get("containerStatuses")):
-        print(f"kaiwo: pod {name} is {st.get('phase', 'Pending')} and not running yet: no logs", file=sys.stderr)
-        return False
+async def log_lines(client: Client, pod: dict[str, Any], container: str, follow: bool,
+                    tail: int | None) -> AsyncIterator[str]:
+    """One container's log, line by line, as the API server streams it; failures raise :class:`ApiError`."""
+    meta = pod["metadata"]
     params = {"container": container, "follow": "true" if follow else None, "tailLines": tail}
-    path = PODS.path(meta["namespace"], name, "log")
+    path = PODS.path(meta["namespace"], meta["name"], "log")
     url = client.transport.url(path, params)
     # The client has no streaming GET for plain text; its transport's session and auth headers are reused here.
     headers = await client.transport.headers(None)
     headers["Accept"] = "*/*"
-    prefix = paint(f"[{tag}] ", "dim") if tag else ""
     try:
         async with client.transport.session().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=15)) as resp:
             if resp.status >= 400:
@@ -115,18 +107,40 @@ async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: s
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    sys.stdout.write(prefix + line.decode(errors="replace") + "\n")
-                sys.stdout.flush()
+                    yield line.decode(errors="replace")
             if buf:
-                sys.stdout.write(prefix + buf.decode(errors="replace") + "\n")
+                yield buf.decode(errors="replace")
+    except (aiohttp.ClientError, OSError) as e:
+        raise ApiError.transport_failure(e, "GET", path) from None
+
+
+def not_running(pod: dict[str, Any]) -> str | None:
+    """Why a pod has no logs to ask for yet, or None."""
+    st = pod.get("status") or {}
+    if not (pod.get("spec") or {}).get("nodeName") or (st.get("phase") == "Pending" and not st.get("containerStatuses")):
+        return f"pod {pod['metadata']['name']} is {st.get('phase', 'Pending')} and not running yet: no logs"
+    return None
+
+
+async def stream_pod(client: Client, pod: dict[str, Any], container: str, tag: str, follow: bool,
+                     tail: int | None) -> bool:
+    """Write one container's log to stdout; explain on stderr why there is none. True if it streamed."""
+    name = pod["metadata"]["name"]
+    why = not_running(pod)
+    if why:
+        print(f"kaiwo: {why}", file=sys.stderr)
+        return False
+    prefix = paint(f"[{tag}] ", "dim") if tag else ""
+    try:
+        async for line in log_lines(client, pod, container, follow, tail):
+            sys.stdout.write(prefix + line + "\n")
+            if follow:
                 sys.stdout.flush()
     except ApiError as e:
-        if e.status in (401, 403):
+        if e.status in (401, 403) or e.status == 0:
             raise explain(e, client) from None
         print(f"kaiwo: no logs from pod {name} (container {container}): {await _why(client, pod, e)}", file=sys.stderr)
         return False
-    except (aiohttp.ClientError, OSError) as e:
-        raise explain(ApiError.transport_failure(e, "GET", path), client) from None
     return True
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.client import Client
 
+from . import cmd_cluster
 from .children import admission, child_state, event_time, events_of, family, pod_state
 from .config import Defaults
 from .kube import find_workload
@@ -17,6 +18,9 @@ EXAMPLES = """examples:
   kaiwo status my-job
   kaiwo status service/my-llm -n ml-team
   kaiwo status my-job -o yaml        # the KaiwoJob itself
+  kaiwo status gpus                  # GPU capacity, allocated and free per node pool (also: amd, nvidia)
+  kaiwo status queues -w             # quota, use, pending and admitted per ClusterQueue, redrawn
+  kaiwo status job/gpus              # a workload that happens to be called "gpus"
 """
 
 
@@ -25,12 +29,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "status", aliases=["describe"], parents=[common], help="show a workload's status, conditions and events",
         description="Show a workload's status, its conditions with their messages, the Kueue Workload's "
         "admission, the objects it created with their state, and recent events. NAME may be prefixed "
-        "with job/ or service/ when both kinds share the name.",
+        "with job/ or service/ when both kinds share the name. NAME gpus, amd, nvidia or queues shows "
+        "the cluster's GPUs per node pool or its ClusterQueues instead.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", metavar="NAME")
     p.add_argument("-n", "--namespace", help="namespace (default: from kaiwoconfig.yaml, else 'default')")
     p.add_argument("-o", "--output", choices=("json", "yaml"), help="print the workload object instead")
+    p.add_argument("-w", "--watch", action="store_true", help="gpus/queues: redraw every --interval seconds")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="with --watch (default 2)")
     p.set_defaults(run=run)
 
 
@@ -58,6 +65,8 @@ def summary(obj: dict[str, Any]) -> list[str]:
 
 
 async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> int:
+    if args.name in cmd_cluster.VIEWS:
+        return await cmd_cluster.run(args.name, args, client)
     namespace = args.namespace or defaults.namespace
     obj = await find_workload(client, namespace, args.name)
     if args.output == "json":

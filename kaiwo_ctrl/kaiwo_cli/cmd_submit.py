@@ -9,10 +9,12 @@ from pathlib import Path
 
 from kaiwo_ctrl.runtime.client import ApiError, Client
 
+from . import config
 from .config import Defaults
+from .errors import CliError
 from .kube import KINDS, explain
 from .output import dump_yaml
-from .spec import SubmitFlags, build_workload
+from .spec import STDIN_NAMES, SubmitFlags, build_workload
 from .wait import follow
 
 EXAMPLES = """examples:
@@ -94,7 +96,14 @@ def flags_of(args: argparse.Namespace) -> SubmitFlags:
 
 
 async def run(args: argparse.Namespace, client: Client | None, defaults: Defaults) -> int:
-    obj = build_workload(flags_of(args), defaults)
+    flags = flags_of(args)
+    try:
+        obj = build_workload(flags, defaults)
+    except CliError as e:
+        # the first run at a terminal: ask for user and queue, write the user file, try again
+        if not e.message.startswith("no user") or str(args.file) in STDIN_NAMES or config.first_run() is None:
+            raise
+        obj = build_workload(flags, config.resolve(args.workload_dir))
     if args.dry_run:
         if args.output == "json":
             print(json.dumps(obj, indent=2))

@@ -104,3 +104,49 @@ def resolve(workload_dir: Path | None = None, env: Mapping[str, str] | None = No
             setattr(out, attrs[key], value)
             out.sources[key] = source
     return out
+
+
+def can_prompt() -> bool:
+    """Only a person at a terminal is asked anything: stdin and stderr must both be terminals."""
+    import sys
+
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def first_run(ask: Any = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """Ask for ``user`` and ``clusterQueue`` and write the user file, the first time only.
+
+    Returns the file written, or None when the user file already exists (it is never
+    overwritten) or nobody is at a terminal.
+    """
+    import re
+    import sys
+
+    path, _ = user_config_path(env)
+    if path.exists() or (ask is None and not can_prompt()):
+        return None
+
+    def prompt(text: str) -> str:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return (ask or input)("").strip()
+
+    sys.stderr.write(f"kaiwo: no user config yet; creating {path} (edit it any time).\n")
+    user = ""
+    for _ in range(3):
+        user = prompt("Your user name or e-mail (spec.user, labels your workloads): ")
+        if user:
+            break
+    if not user:
+        raise CliError("no user given; pass --user EMAIL or write 'user: EMAIL' into " + str(path), USAGE)
+    queue = prompt("Kueue ClusterQueue to submit to (empty: the cluster's default): ")
+    if queue and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", queue):
+        raise CliError(f"{queue!r} is not a ClusterQueue name (lower-case letters, digits, '-' and '.')", USAGE)
+    doc = {"user": user, **({"clusterQueue": queue} if queue else {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    sys.stderr.write(f"kaiwo: wrote {path}\n")
+    return path

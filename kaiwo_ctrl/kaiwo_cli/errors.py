@@ -20,6 +20,8 @@ NOT_FOUND = 6
 NO_LOGS = 7
 #: ``--wait --timeout`` ran out before the workload ran or ended.
 TIMEOUT = 8
+#: exec / port-forward: the pod is not running (yet), so nothing can be reached in it.
+NOT_RUNNING = 9
 #: Interrupted with Ctrl-C.
 INTERRUPTED = 130
 

@@ -9,7 +9,18 @@ from collections.abc import Sequence
 from kaiwo_ctrl.runtime import loop
 from kaiwo_ctrl.runtime.client import ApiError
 
-from . import cmd_delete, cmd_list, cmd_logs, cmd_status, cmd_submit, config
+from . import (
+    cmd_delete,
+    cmd_exec,
+    cmd_list,
+    cmd_logs,
+    cmd_manage,
+    cmd_monitor,
+    cmd_port_forward,
+    cmd_status,
+    cmd_submit,
+    config,
+)
 from .errors import INTERRUPTED, CliError
 from .kube import check_crds, connect, explain
 
@@ -23,6 +34,8 @@ EXIT_CODES = """exit codes:
   6  workload not found
   7  no logs available
   8  --wait --timeout ran out
+  9  exec / port-forward: the pod is not running
+  any other: kaiwo exec passes on the remote command's exit code
 """
 
 DESCRIPTION = """Run AI workloads on a Kaiwo cluster without writing YAML.
@@ -32,7 +45,7 @@ $KAIWOCONFIG or ~/.config/kaiwo/kaiwoconfig.yaml. Flags win over a workload
 file (-f), which wins over the workload directory's kaiwoconfig.yaml (-p),
 which wins over the user file."""
 
-COMMANDS = (cmd_submit, cmd_list, cmd_status, cmd_logs, cmd_delete)
+COMMANDS = (cmd_submit, cmd_list, cmd_status, cmd_logs, cmd_exec, cmd_port_forward, cmd_monitor, cmd_manage, cmd_delete)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +82,33 @@ async def _run(args: argparse.Namespace) -> int:
         await client.close()
 
 
+#: The Go CLI reads the manifest from stdin for ``-f -`` and ``-f --``.
+STDIN_FILE_FLAGS = ("-f", "--file")
+
+
+def stdin_file_args(argv: Sequence[str]) -> list[str]:
+    """``submit -f --`` (which argparse would take as the end of the options) becomes ``-f -``.
+
+    Only for ``submit``, and only before a ``--`` that ends the options: ``kaiwo exec x -- tail -f -- f``
+    keeps its command as typed."""
+    out = list(argv)
+    if out[:1] != ["submit"]:
+        return out
+    for i, arg in enumerate(out):
+        if arg == "--file=--":
+            out[i] = "--file=-"
+        elif arg == "--" and not (i and out[i - 1] in STDIN_FILE_FLAGS):
+            break
+        elif arg in STDIN_FILE_FLAGS and i + 1 < len(out) and out[i + 1] == "--":
+            out[i + 1] = "-"
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    options, command = cmd_exec.split_command(stdin_file_args(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(options)
+    if command:
+        args.argv = command
     try:
         return loop.run(_run(args))
     except CliError as e:

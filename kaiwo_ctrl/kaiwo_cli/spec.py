@@ -34,6 +34,8 @@ from .errors import USAGE, CliError
 
 MODELS: dict[str, type[KaiwoJob] | type[KaiwoService]] = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
 ENTRYPOINT_FILE = "entrypoint"
+#: ``-f`` names that mean standard input.
+STDIN_NAMES = ("-", "--")
 ENV_FILE = "env"
 #: Room left in a generated name for the operator's child suffixes (``-data``, ``-download``...).
 GENERATED_NAME_MAX = 40
@@ -100,11 +102,14 @@ def _empty(kind: str) -> dict[str, Any]:
 
 
 def load_workload_file(path: Path) -> dict[str, Any]:
-    """One KaiwoJob or KaiwoService from a YAML or JSON file ("-" reads stdin)."""
+    """One KaiwoJob or KaiwoService from a YAML or JSON file ("-" or "--" reads stdin)."""
     import sys
 
+    from_stdin = str(path) in STDIN_NAMES
+    if from_stdin:
+        path = Path("<stdin>")  # only for messages
     try:
-        text = sys.stdin.read() if str(path) == "-" else Path(path).read_text()
+        text = sys.stdin.read() if from_stdin else Path(path).read_text()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except (OSError, yaml.YAMLError) as e:
         raise CliError(f"cannot read {path}: {e}", USAGE) from e

@@ -9,15 +9,29 @@ Nodes and finish. (Kueue, which needs its webhooks installed first, is started b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from . import kwokstreams
 from .process import ControlPlaneError, free_port
 
+
+@dataclass(frozen=True)
+class Simulation:
+    """How kwok simulates the kubelet's streaming API (see :mod:`.kwokstreams`)."""
+
+    certs: Path
+    #: pod port -> port on 127.0.0.1; None: :data:`kwokstreams.DEFAULT_FORWARDS`
+    forwards: Mapping[int, int] | None = None
+    exec_: bool = True
+
+
 def component_args(
-    name: str, binary: Callable[[str], Path], kubeconfig: Path, directory: Path, kwok_stages: Path | None
+    name: str, binary: Callable[[str], Path], kubeconfig: Path, directory: Path, kwok_stages: Path | None,
+    sim: Simulation | None = None,
 ) -> list[str]:
     """argv of component ``name`` connecting with ``kubeconfig``; files it needs go to ``directory``."""
     if name == "controller-manager":
@@ -45,15 +59,17 @@ def component_args(
             f"--secure-port={free_port()}",
         ]
     if name == "kwok":
-        if kwok_stages is None:
+        if kwok_stages is None or sim is None:
             raise ControlPlaneError("kwok stages missing; run ./hack/envtest/build.sh")
+        # the stages plus the logs/exec/port-forward rules; kwok serves them as the Nodes' kubelet
+        cfg = kwokstreams.write_config(directory / "kwok", kwok_stages, forwards=sim.forwards, exec_=sim.exec_)
         return [
             str(binary("kwok")),
             f"--kubeconfig={kubeconfig}",
-            f"--config={kwok_stages}",
+            f"--config={cfg}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address=127.0.0.1:{free_port()}",
+            *kwokstreams.kwok_args(sim.certs, free_port()),
         ]
     raise ControlPlaneError(f"unknown component {name!r}")
 

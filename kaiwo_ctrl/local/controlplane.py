@@ -26,14 +26,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
 
-from .components import component_args
+from . import kwokstreams
+from .components import Simulation, component_args
 from .pki import client_ca, write_kubeconfig, write_pki
 from .process import STOP_TIMEOUT, ControlPlaneError, Process, free_port, pid_alive, terminate, wait_until
 
@@ -100,6 +101,9 @@ class ControlPlane:
     etcd_peer_port: int = 0
     api_port: int = 0
     processes: dict[str, Process] = field(default_factory=dict)
+    #: with kwok: pod port -> 127.0.0.1 port for port-forward (None: the defaults), and whether exec runs commands
+    sim_forwards: Mapping[int, int] | None = None
+    sim_exec: bool = True
 
     # ---------------------------------------------------------------- paths
     @property
@@ -126,6 +130,8 @@ class ControlPlane:
         self.etcd_peer_port = self.etcd_peer_port or free_port()
         self.api_port = self.api_port or free_port()
         write_pki(self.certs)
+        if "kwok" in self.components:
+            kwokstreams.write_certs(self.certs)
         try:
             self.start_etcd()
             self.start_apiserver()
@@ -191,6 +197,7 @@ class ControlPlane:
             "--max-mutating-requests-inflight=0",
             "--event-ttl=1h",
             "-v=0",
+            *(kwokstreams.apiserver_args(c) if "kwok" in self.components else ()),
         ]
 
     def start_apiserver(self) -> None:
@@ -296,7 +303,8 @@ class ControlPlane:
         if name == "kueue":
             self._start_kueue(kc)
             return
-        args = component_args(name, self.assets.binary, kc, self.directory, self.assets.kwok_stages)
+        sim = Simulation(self.certs, self.sim_forwards, self.sim_exec)
+        args = component_args(name, self.assets.binary, kc, self.directory, self.assets.kwok_stages, sim)
         p = Process(name, args, self.directory / "logs" / f"{name}.log")
         p.start()
         self.processes[name] = p

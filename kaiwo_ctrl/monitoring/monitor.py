@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from prometheus_client import Gauge
 from pydantic import ValidationError
 
 from api.meta import parse_duration
@@ -36,7 +37,7 @@ from kaiwo_ctrl.workloads.caches import pod_informer
 if TYPE_CHECKING:  # imported where used: httpx (and what it pulls in) costs ~50 ms at every start
     import httpx
 
-from .gpu import MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
+from .gpu import METRIC, MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
 log = logging.getLogger("kaiwo_ctrl.monitoring")
 
@@ -123,6 +124,8 @@ class ResourceMonitor:
         self.expectations = expectations_for(mgr)
         self.ticks = 0
         self.status_writes = 0
+        #: kaiwo_workload_gpu_utilization (set by setup(); None for a monitor built without a registry)
+        self.utilization: Gauge | None = None
         self.last_error: str | None = None
 
     # ------------------------------------------------------------------ loop
@@ -178,9 +181,19 @@ class ResourceMonitor:
             return
         samples = filter_namespaces(samples, settings.target_namespaces)
         groups = group_by_workload(samples, lambda ns, name: self.pods.get(name, ns))
+        self._export_utilization(groups)
         now = self.clock()
         for ref, group in groups.items():
             await self._handle(ref, group, settings, now)
+
+    def _export_utilization(self, groups: Mapping[WorkloadRef, list]) -> None:
+        """Mean GPU activity of each workload's samples in this scrape (workloads gone drop out)."""
+        if self.utilization is None:
+            return
+        self.utilization.clear()
+        for ref, group in groups.items():
+            if group:
+                self.utilization.labels(ref.kind, ref.namespace, ref.name).set(sum(s.value for s in group) / len(group))
 
     # -------------------------------------------------------------- workload
     def _workload(self, ref: WorkloadRef) -> dict | None:
@@ -226,6 +239,10 @@ def setup(mgr: Manager, *, environ: Mapping[str, str] | None = None, clock: Call
     if env is None:
         return None
     monitor = ResourceMonitor(mgr, env.endpoint, env.interval, clock=clock)
+    monitor.utilization = Gauge(
+        "kaiwo_workload_gpu_utilization", f"Mean {METRIC} of a workload's GPUs at the resource monitor's last scrape (percent)",
+        ["kind", "namespace", "name"], registry=mgr.metrics.registry,
+    )
     mgr.add_leader_runnable(RUNNABLE, monitor.run)
     mgr.resource_monitor = monitor  # type: ignore[attr-defined]
     log.info("resource monitoring enabled", extra={"endpoint": env.endpoint, "interval_seconds": env.interval})

@@ -31,6 +31,7 @@ from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
 from kaiwo_ctrl.runtime.client import ApiError
 from kaiwo_ctrl.runtime.controller import Result
 from kaiwo_ctrl.runtime.defaulting import installed_schema
+from kaiwo_ctrl.runtime.expectations import expectations_for
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
@@ -78,6 +79,7 @@ class QueueConfigReconciler:
         self.mgr = mgr
         self.client = mgr.client
         self.settings = settings_for(mgr)
+        self.expectations = expectations_for(mgr)
         self.nodes = node_informer(mgr)
         self.namespaces = mgr.cache.informer(NAMESPACES, transform=trim_namespace)
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
@@ -249,9 +251,12 @@ class QueueConfigReconciler:
         )
         if not status_changed(current, status):
             return
-        patch = {"metadata": {"resourceVersion": rv(queue_config)}, "status": status}
         try:
-            out = await self.client.patch_status(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch)
+            out = await self.expectations.write_status(
+                (KAIWOQUEUECONFIGS.kind, "", QUEUE_CONFIG_NAME), queue_config, status,
+                lambda patch: self.client.patch_status(KAIWOQUEUECONFIGS, QUEUE_CONFIG_NAME, patch),
+                own=False,  # the queue config watch ignores status-only updates (SpecChanged)
+            )
         except ApiError as e:
             if e.not_found:
                 return

@@ -21,6 +21,7 @@ from kaiwo_ctrl.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
@@ -82,6 +83,13 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
                    help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
 
+    p.add_argument("--proxy-engine-metrics-interval", type=_seconds, default=_seconds(env("PROXY_ENGINE_METRICS_INTERVAL", "1s")),
+                   help="how often each Ready server Pod's /metrics is read for engine-aware routing and "
+                        "autoscaling (default 1s; '0' turns it off: KubeAI's proxy-count routing)")
+    p.add_argument("--proxy-engine-metrics-timeout", type=_seconds, default=_seconds(env("PROXY_ENGINE_METRICS_TIMEOUT", "500ms")),
+                   help="bound on one engine metrics read, connect included (default 500ms)")
+    p.add_argument("--proxy-engine-metrics-max-bytes", type=int, default=int(env("PROXY_ENGINE_METRICS_MAX_BYTES", str(4 << 20))),
+                   help="largest engine metrics answer read; a longer one counts as an error (default 4 MiB)")
 
 def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
     """The proxy's limits as the flags set them."""
@@ -126,6 +134,11 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     """
     server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
+    scraper = None
+    if server is not None:
+        scraper = attach_scraper(server.handler.tracker, mgr.metrics.registry, ScrapeConfig(
+            interval=args.proxy_engine_metrics_interval, timeout=args.proxy_engine_metrics_timeout,
+            max_bytes=args.proxy_engine_metrics_max_bytes))
     if autoscaler:
         from kaiwo_ctrl.serving.autoscale.autoscaler import AutoscalerConfig
         from kaiwo_ctrl.serving.autoscale.setup import setup_autoscaler
@@ -144,7 +157,7 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
         )
         peers = [p.strip() for p in args.autoscaler_peers.split(",") if p.strip()]
         setup_autoscaler(mgr, cfg, peers=peers, peer_selector=args.autoscaler_peer_selector, peer_port=args.autoscaler_peer_metrics_port,
-                         self_proxy=server is not None)
+                         self_proxy=server is not None, engine_load=scraper.model_loads if scraper else None)
     return server
 
 
@@ -153,7 +166,13 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
 
     async def serve() -> None:
         await mgr.ready.wait()
-        await server.run()  # type: ignore[union-attr]
+        # the engine scraper (and any other work on the proxy's endpoints) lives as long as the proxy
+        background = [asyncio.create_task(fn()) for fn in server.handler.tracker.background]  # type: ignore[union-attr]
+        try:
+            await server.run()  # type: ignore[union-attr]
+        finally:
+            for t in background:
+                t.cancel()
 
     def failed(t: asyncio.Task) -> None:
         if not t.cancelled() and t.exception() is not None:

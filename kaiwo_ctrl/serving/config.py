@@ -24,7 +24,6 @@ import asyncio
 import copy
 import hashlib
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +32,12 @@ from typing import Any
 import yaml
 
 from api.meta import parse_duration
+from kaiwo_ctrl.settings.environment import DEFAULT_IMAGE, operator_image
 
 log = logging.getLogger("kaiwo_ctrl.serving.config")
 
 ENGINES = ("OLlama", "VLLM", "FasterWhisper", "Infinity")
-IMAGE_ENV = "KAIWO_CTRL_IMAGE"
-DEFAULT_LOADER_IMAGE = "ghcr.io/silogen/kaiwo-ctrl:latest"
+DEFAULT_LOADER_IMAGE = DEFAULT_IMAGE
 
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
 
@@ -279,7 +278,7 @@ def parse_config(data: Mapping[str, Any] | None) -> SystemConfig:
     for k, v in secrets.items():
         _string(v, f"secretNames.{k}")
     loading = _mapping(raw.get("modelLoading"), "modelLoading")
-    loader = _string(loading.get("image"), "modelLoading.image") or os.environ.get(IMAGE_ENV) or DEFAULT_LOADER_IMAGE
+    loader = _string(loading.get("image"), "modelLoading.image") or operator_image()
     return SystemConfig(
         resource_profiles=_profiles(raw),
         cache_profiles=_cache_profiles(raw),

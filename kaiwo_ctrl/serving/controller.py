@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.aim.effective import resolve
@@ -42,11 +41,13 @@ from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES
 
 from . import cache as cachelib
 from .adapters import SYNC_ERRORS, AdapterSync
+from .admission import KueueAdmission, Quota, queue_labels
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
+from .podexpect import PodExpectations
 from .rollout import plan
-from .status import desired_status, skipped_model_reporter
+from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 
 log = logging.getLogger("kaiwo_ctrl.serving.controller")
 
@@ -56,7 +57,8 @@ SELECTOR = f"{LABEL_APP}=model"
 
 
 def trim_pod(obj: dict) -> dict:
-    """Keep what the controller and the endpoint readers need of a server Pod."""
+    """Keep what the controller and the endpoint readers need of a server Pod
+    (the node, and Kueue's admission gate while it is on)."""
     strip_managed_fields(obj)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -64,7 +66,7 @@ def trim_pod(obj: dict) -> dict:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": obj.get("metadata") or {},
-        "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+        "spec": {k: spec[k] for k in ("nodeName", "schedulingGates") if spec.get(k)},
         "status": {
             k: status[k] for k in ("phase", "conditions", "podIP", "containerStatuses", "reason") if k in status
         },
@@ -85,35 +87,6 @@ REJECTED_RETRY = 30.0
 
 class PodRejected(Exception):
     """The API server refused a server Pod (the message names the field)."""
-
-
-class PodExpectations:
-    """Pods we created or deleted that the cache does not show yet (per Model)."""
-
-    def __init__(self, ttl: float = 30.0) -> None:
-        self.ttl = ttl
-        self._m: dict[str, tuple[set[str], set[str], float]] = {}
-
-    def expect(self, key: str, created: Iterable[str], deleted: Iterable[str]) -> None:
-        c, d, _ = self._m.get(key, (set(), set(), 0.0))
-        self._m[key] = (c | set(created), d | set(deleted), time.monotonic())
-
-    def satisfied(self, key: str, pods: list[dict]) -> bool:
-        entry = self._m.get(key)
-        if entry is None:
-            return True
-        created, deleted, at = entry
-        seen = {p["metadata"]["name"]: p for p in pods}
-        pending_c = {n for n in created if n not in seen}
-        pending_d = {n for n in deleted if n in seen and not seen[n]["metadata"].get("deletionTimestamp")}
-        if (not pending_c and not pending_d) or time.monotonic() - at > self.ttl:
-            del self._m[key]
-            return True
-        self._m[key] = (pending_c, pending_d, at)
-        return False
-
-    def forget(self, key: str) -> None:
-        self._m.pop(key, None)
 
 
 def feature_labels(model: dict) -> dict[str, str | None]:
@@ -155,6 +128,7 @@ class ModelReconciler:
         self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
         self.cache = cachelib.CacheManager(self)
         self.adapters = AdapterSync(self.client, expectations_for(mgr))
+        self.kueue = KueueAdmission(mgr)
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
@@ -167,6 +141,8 @@ class ModelReconciler:
         # credentials and pull secrets of the namespace: a change re-renders its Models' Pods
         c.watches(self.aim_configs, self._map_namespace, predicates=[GenerationChanged()])
         c.watches(self.priority_classes, self._map_priority_class)
+        c.watches(self.kueue.workloads, self._map_workload)
+        c.watches(self.kueue.settings.informer, lambda _obj: self._all_requests())
         self.controller = c
         self.source.listeners.append(lambda _cfg: self.enqueue_all())
         self.mgr.add_leader_runnable("model-config-watch", self.source.watch)
@@ -179,9 +155,21 @@ class ModelReconciler:
         finally:
             await self.adapters.close()
 
+    def _all_requests(self) -> list[Request]:
+        return [Request(m["metadata"].get("namespace", ""), m["metadata"]["name"]) for m in self.models.list()]
+
     def enqueue_all(self) -> None:
-        for m in self.models.list():
-            self.controller.enqueue(Request(m["metadata"].get("namespace", ""), m["metadata"]["name"]))
+        for r in self._all_requests():
+            self.controller.enqueue(r)
+
+    def _map_workload(self, obj: dict) -> list[Request]:
+        """A Kueue Workload made for a server Pod: the Pod's Model."""
+        meta = obj.get("metadata") or {}
+        out = []
+        for ref in meta.get("ownerReferences") or ():
+            pod = self.pods.get(ref.get("name", ""), meta.get("namespace")) if ref.get("kind") == "Pod" else None
+            out += self._map_labelled(pod) if pod else []
+        return out
 
     @staticmethod
     def _map_labelled(obj: dict) -> list[Request]:
@@ -237,9 +225,9 @@ class ModelReconciler:
             return None
         model = await self._sync_model_object(model)
         config = self.source.current
-        ns_config = self.namespace_config(req.namespace)
+        queue = self.kueue.queue_of(model)
         try:
-            desired = build_pod(model, config, ns_config)
+            desired = build_pod(model, config, self.namespace_config(req.namespace), queue_labels(model, queue) if queue else None)
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
             await self._write_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
@@ -247,27 +235,59 @@ class ModelReconciler:
         await self._sync_files(model)
         cache_loaded: bool | None = None
         if (model.get("spec") or {}).get("cacheProfile"):
-            cache_loaded, load_error = await self.cache.ensure_loaded(model, config, ns_config)
+            cache_loaded, load_error = await self.cache.ensure_loaded(model, config, self.namespace_config(req.namespace))
             if not cache_loaded:
                 status = desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error)
                 await self._write_status(key, model, status)
                 return None
-        pods = self.model_pods(req.namespace, req.name, model["metadata"].get("uid"))
+        return await self._reconcile_pods(key, model, desired, queue, cache_loaded)
+
+    async def _reconcile_pods(self, key: str, model: dict, desired: Any, queue: str | None, cache_loaded: bool | None) -> Result | None:
+        meta = model["metadata"]
+        pods = self.model_pods(meta.get("namespace", ""), meta["name"], meta.get("uid"))
+        if queue and (queue_error := await self._ensure_local_queue(model, queue)):
+            status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded,
+                                    quota=Quota("False", "LocalQueueError", queue_error))
+            await self._write_status(key, model, status)
+            return Result(requeue_after=REJECTED_RETRY)
         if self.expectations.satisfied(key, pods):
             try:
-                pods = await self._execute(key, model, pods, desired, config.surge)
+                pods = await self._execute(key, model, pods, desired, self.source.current.surge)
             except PodRejected as e:
                 status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
                 await self._write_status(key, model, status)
                 return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
-        await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded))
+        quota = self._quota(model, pods) if queue else None
+        await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota))
         try:
             await self.adapters.sync(model, pods)
         except SYNC_ERRORS as e:
             self.events.warning(model, "AdapterSyncFailed", str(e)[:1024])
-            log.warning("adapter sync failed", extra={"model": req.name, "error": str(e)[:300]})
+            log.warning("adapter sync failed", extra={"model": meta["name"], "error": str(e)[:300]})
             return Result(requeue=True)
         return None
+
+    async def _ensure_local_queue(self, model: dict, queue: str) -> str | None:
+        """The LocalQueue of a Model under Kueue; an error message when it cannot be made."""
+        error, created = await self.kueue.ensure_local_queue(self.client, model["metadata"].get("namespace", ""), queue)
+        if error:
+            self.events.warning(model, "LocalQueueError", error)
+        elif created:
+            self.events.normal(model, "LocalQueueCreated", f"created LocalQueue {created}")
+        return error
+
+    def _quota(self, model: dict, pods: list[dict]) -> Quota:
+        """Kueue's verdict on the replicas, with an event when it changes and per preemption."""
+        q = self.kueue.quota(pods)
+        for message in self.kueue.new_preemptions(q):
+            self.events.warning(model, "Preempted", f"Kueue preempted a server Pod: {message}"[:1024])
+        old: dict[str, Any] = next((c for c in (model.get("status") or {}).get("conditions") or () if c.get("type") == QUOTA_RESERVED), {})
+        if (old.get("status"), old.get("reason")) != (q.status, q.reason):
+            if q.status == "True":
+                self.events.normal(model, "QuotaReserved", q.message)
+            else:
+                self.events.warning(model, "QuotaPending" if q.reason == "Pending" else q.reason, q.message[:1024])
+        return q
 
     def _priority_class_missing(self, model: dict) -> bool:
         """The Model names a PriorityClass the cache does not hold (its creation enqueues the Model)."""
@@ -321,7 +341,7 @@ class ModelReconciler:
 
     async def _execute(self, key: str, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
         replicas = (model.get("spec") or {}).get("replicas") or 0
-        p = plan(pods, desired.hash, replicas, surge)
+        p = plan(pods, desired.hash, replicas, surge, self.kueue.blocked(pods))
         if p.empty:
             return pods
         meta = model["metadata"]

@@ -156,8 +156,11 @@ def _pod_settings(
         pod_spec["imagePullSecrets"] = secrets
 
 
-def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -> DesiredPod:
-    """Apply the JSON patches, then hash the spec and name the Pod after it."""
+def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any], kueue: dict[str, str] | None) -> DesiredPod:
+    """Apply the JSON patches, then hash the spec and name the Pod after it.
+    Kueue's labels are part of the hash when set (Kueue refuses to change a Pod's
+    queue, so a Model moved to another queue rolls its Pods); a Model outside
+    Kueue keeps the hash of the spec alone."""
     if pods_cfg.get("jsonPatches"):
         try:
             pod = apply_patch(pod, pods_cfg["jsonPatches"])
@@ -165,16 +168,19 @@ def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any]) -
             raise FieldError("modelServerPods.jsonPatches", str(e)) from None
         if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
             raise FieldError("modelServerPods.jsonPatches", "the patched Pod has no spec")
-    h = spec_hash(pod["spec"])
     md = pod.setdefault("metadata", {})
+    if kueue:
+        md.setdefault("labels", {}).update(kueue)
+    h = spec_hash({"spec": pod["spec"], "kueue": kueue} if kueue else pod["spec"])
     md["namespace"] = ns
     md["generateName"] = f"model-{name}-{h}-"
     md.setdefault("labels", {})[LABEL_POD_HASH] = h
     return DesiredPod(pod, h)
 
 
-def build_pod(model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> DesiredPod:
+def build_pod(model: dict[str, Any], config: SystemConfig, ns_config: Any = None, kueue: dict[str, str] | None = None) -> DesiredPod:
     """The server Pod for ``model`` (a Model dict as read from the API).
+    ``kueue``: the Kueue labels of a Model under Kueue (:mod:`.admission`).
     ``ns_config``: the effective AIMNamespaceConfig of its namespace, if any;
     its credentials and pull secrets are part of the spec, so of the hash, and
     a change to them rolls the Pods."""
@@ -220,4 +226,4 @@ def build_pod(model: dict[str, Any], config: SystemConfig, ns_config: Any = None
         "metadata": {"namespace": ns, "labels": pod_labels(name, engine), "annotations": annotations},
         "spec": pod_spec,
     }
-    return _finish(pod, name, ns, pods_cfg)
+    return _finish(pod, name, ns, pods_cfg, kueue)

@@ -20,6 +20,7 @@ from kaiwo_ctrl.runtime.ownership import set_controller_reference
 
 from kaiwo_ctrl.aim.effective import effective_by_namespace
 
+from .admission import model_queue, queue_labels
 from .cache import desired_pvc, loader_job
 from .config import SystemConfig
 from .controller import bounded_replicas
@@ -69,7 +70,9 @@ def render(docs: Iterable[Mapping[str, Any]], config: SystemConfig, note: TextIO
         model = _normalise(doc)
         meta, spec = model["metadata"], model.get("spec") or {}
         try:
-            desired = build_pod(model, config, ns_configs.get(meta["namespace"]))
+            # the queue a Model names itself (KaiwoConfig's default is the cluster's, unknown here)
+            queue = model_queue(model, None)
+            desired = build_pod(model, config, ns_configs.get(meta["namespace"]), queue_labels(model, queue) if queue else None)
         except FieldError as e:
             raise RenderError(f"Model/{meta['name']}: {e}") from None
         cm = desired_configmap(model)

@@ -13,6 +13,8 @@ a Pod is up to date iff that equals the desired hash. The plan:
    walk stops (at most one Ready old Pod is replaced per pass, so capacity
    never drops below ``replicas`` Ready Pods when surge >= 1). Replacements
    are capped at (out-of-date Pods - surge), the surge Pods already counted.
+   Under Kueue, a new Pod waiting for quota also lets one Ready old Pod go
+   (the quota may be the old Pods' own).
 
 Unlike KubeAI, Failed or Succeeded (e.g. evicted) Pods and Pods already being
 deleted do not count as replicas: the failed ones are deleted and replaced,
@@ -65,7 +67,12 @@ def deletion_order(pods: list[dict[str, Any]], want_hash: str) -> list[dict[str,
     )
 
 
-def plan(pods: list[dict[str, Any]], want_hash: str, replicas: int, surge: int) -> Plan:
+def plan(pods: list[dict[str, Any]], want_hash: str, replicas: int, surge: int,
+         quota_blocked: frozenset[str] = frozenset()) -> Plan:
+    """``quota_blocked``: names of Pods Kueue keeps waiting for quota. When an up-to-date
+    Pod is among them, the quota it needs may be held by the old Pods alone, so one Ready
+    old Pod is replaced without waiting (capacity dips by one instead of the rollout
+    stalling for ever); never while a Pod is still terminating, whose quota is on its way back."""
     result = Plan()
     result.delete = [p for p in pods if is_finished(p) and not is_terminating(p)]
     live = [p for p in pods if not is_finished(p) and not is_terminating(p)]
@@ -81,6 +88,9 @@ def plan(pods: list[dict[str, Any]], want_hash: str, replicas: int, surge: int) 
         ordered = [p for p in ordered if id(p) not in gone]
         out_of_date = [p for p in out_of_date if id(p) not in gone]
     ready = sum(1 for p in ordered if is_ready(p))
+    blocked = not any(is_terminating(p) for p in pods) and any(
+        p["metadata"].get("name") in quota_blocked and _hash(p) == want_hash for p in ordered
+    )
     replaced = 0
     cap = len(out_of_date) - surge
     for p in out_of_date:
@@ -90,7 +100,7 @@ def plan(pods: list[dict[str, Any]], want_hash: str, replicas: int, surge: int) 
                 result.create += 1
                 replaced += 1
             continue
-        if ready == desired:
+        if ready == desired or blocked:
             result.delete.append(p)
             if replaced < cap:
                 result.create += 1

@@ -8,9 +8,16 @@ explain what the controller is doing:
 * ``CacheLoaded``: only with a cache profile; True once the loader finished,
   False/``LoaderFailed`` naming the Job when the loader Job failed.
 * ``Ready``: True when at least ``spec.replicas`` Pods are Ready.
+* ``QuotaReserved``: only for a Model under Kueue (:mod:`.admission`); False
+  with Kueue's message while a replica waits for quota (or its LocalQueue
+  cannot be made), True when every replica is admitted, Unknown
+  (``NotManagedByKueue``) when Kueue's webhook did not take the Pods (its pod
+  integration is off), so they run outside any quota.
 
 ``replicas.all`` counts live Pods (not failed, not being deleted), unlike
-KubeAI which counts failed and terminating Pods too [quirk].
+KubeAI which counts failed and terminating Pods too [quirk]. ``replicas.ready``
+counts admitted, Ready Pods (a Pod still behind Kueue's admission gate is
+never counted Ready).
 """
 
 from __future__ import annotations
@@ -21,22 +28,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.conditions import set_condition
+from kaiwo_ctrl.runtime.conditions import remove_condition, set_condition
 from kaiwo_ctrl.runtime.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.skipreport import SkippedObjectReporter
 
+from .admission import Quota, is_gated
 from .rollout import is_finished, is_ready, is_terminating
 
 CONFIG_VALID = "ConfigValid"
 CACHE_LOADED = "CacheLoaded"
+QUOTA_RESERVED = "QuotaReserved"
 READY = "Ready"
 MESSAGE_MAX = 1024
 
 
 def replica_counts(pods: list[dict[str, Any]]) -> dict[str, int]:
     live = [p for p in pods if not is_finished(p) and not is_terminating(p)]
-    return {"all": len(live), "ready": sum(1 for p in live if is_ready(p))}
+    return {"all": len(live), "ready": sum(1 for p in live if is_ready(p) and not is_gated(p))}
 
 
 def desired_status(
@@ -47,10 +56,12 @@ def desired_status(
     cache_loaded: bool | None,
     pod_error: str | None = None,
     cache_error: str | None = None,
+    quota: Quota | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The status to write. ``pods=None`` keeps the current counts (not refreshed
-    while the cache loads, as in KubeAI)."""
+    while the cache loads, as in KubeAI). ``quota``: the Kueue verdict of a Model
+    under Kueue (None removes the condition)."""
     now = now or datetime.now(timezone.utc)
     current = model.get("status") or {}
     status = copy.deepcopy(current)
@@ -70,6 +81,10 @@ def desired_status(
             set_condition(conds, CACHE_LOADED, "False", "LoaderFailed", cache_error[:MESSAGE_MAX], gen, now)
         else:
             set_condition(conds, CACHE_LOADED, "False", "Loading", "the loader Job is downloading the model into the cache", gen, now)
+    if quota is None:
+        remove_condition(conds, QUOTA_RESERVED)
+    else:
+        set_condition(conds, QUOTA_RESERVED, quota.status, quota.reason, quota.message[:MESSAGE_MAX], gen, now)
     want = (model.get("spec") or {}).get("replicas") or 0
     ready = (status.get("replicas") or {}).get("ready") or 0
     if config_error:
@@ -83,6 +98,8 @@ def desired_status(
     elif ready >= want:
         reason = "ScaledToZero" if want == 0 else "PodsReady"
         set_condition(conds, READY, "True", reason, f"{ready}/{want} Pods ready", gen, now)
+    elif quota is not None and quota.status == "False":
+        set_condition(conds, READY, "False", "QuotaPending", f"{ready}/{want} Pods ready; see QuotaReserved", gen, now)
     else:
         set_condition(conds, READY, "False", "PodsNotReady", f"{ready}/{want} Pods ready", gen, now)
     return status

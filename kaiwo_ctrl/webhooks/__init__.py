@@ -29,7 +29,7 @@ from .finalizers import FinalizerSweeper
 from .jobs import JobWebhooks
 from .registration import JOB_MUTATE_PATH, JOB_VALIDATE_PATH, OWN_KINDS, RegistrationOptions, ensure_configurations, validate_path
 from .server import Review, Verdict, WebhookMetrics, WebhookServer
-from .tls import CertManager, ServingCert, TLSOptions
+from .tls import CertManager, Material, ServingCert, TLSOptions
 from .validate import OwnKindValidator, ProfilesLookup
 
 log = logging.getLogger("kaiwo_ctrl.webhooks")
@@ -49,6 +49,9 @@ class WebhookOptions:
     enforce: bool = False
     enforcement_namespace_selector: str = ""
     enforcement_failure_policy: str = "Fail"
+    #: Another issuer (cert-manager) writes the Secret; the operator only serves it and
+    #: publishes its ca.crt as the caBundle.
+    external_certs: bool = False
     profiles: ProfilesLookup | None = field(default=None, compare=False)
 
     def registration(self, port: int) -> RegistrationOptions:
@@ -144,10 +147,16 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
         server.register(validate_path(group, version, kind), _own_kind_handler(validator, kind))
 
     secrets = mgr.cache.informer(SECRETS, namespace=opts.namespace, field_selector=f"metadata.name={opts.secret_name}")
-    secrets.add_handler(_SecretHandler(cert))
+    handler = _SecretHandler(cert)
+    secrets.add_handler(handler)
 
     config_changed = asyncio.Event()  # KaiwoConfig's defaultGpuResourceKey is part of the enforcement match
-    view.on_gpu_key_change(config_changed.set)
+
+    def gpu_key_changed() -> None:
+        config_changed.set()
+        handler.changed.set()  # wakes the external-certificate loop as well
+
+    view.on_gpu_key_change(gpu_key_changed)
 
     async def keep_certificate() -> None:
         port = server.bound_port or opts.port
@@ -156,6 +165,10 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
             reg = dataclasses.replace(opts.registration(port), gpu_resource_keys=view.gpu_keys())
             await ensure_configurations(mgr.client, reg, ca_bundle, create=reg.url_base is not None)
 
+        if opts.external_certs:
+            read = lambda: secrets.get(opts.secret_name, opts.namespace)  # noqa: E731
+            await _publish_external_ca(read, handler.changed, config_changed, publish)
+            return
         manager = CertManager(mgr.client, opts.tls(), publish)
         while True:
             config_changed.clear()
@@ -197,15 +210,46 @@ class _OnGpuKeyChange:
         self._check()
 
 
+async def _publish_external_ca(read: Any, changed: asyncio.Event, config_changed: asyncio.Event, publish: Any) -> None:
+    """``--webhook-cert-source=secret``: the Secret's ca.crt becomes the webhooks' caBundle
+    whenever it changes (read from the cache; nothing is written to the Secret). The
+    configurations are published again when the KaiwoConfig's GPU key changes, since the
+    enforcement match names it."""
+    published = b""
+    while True:
+        changed.clear()
+        if config_changed.is_set():
+            config_changed.clear()
+            published = b""
+        bundle = Material.from_secret(read()).ca_bundle
+        if not bundle:
+            log.warning("webhook certificate secret has no ca.crt yet; the webhooks fail open until it has")
+        elif bundle != published:
+            try:
+                await publish(bundle)
+                published = bundle
+            except Exception:  # retried; the webhooks fail open meanwhile
+                log.exception("webhook configuration update failed; retrying")
+                await asyncio.sleep(5.0)
+                continue
+        try:
+            await asyncio.wait_for(changed.wait(), 3600.0)
+        except TimeoutError:
+            pass
+
+
 class _SecretHandler:
     def __init__(self, cert: ServingCert) -> None:
         self.cert = cert
+        self.changed = asyncio.Event()
 
     def on_add(self, obj: Mapping[str, Any], initial: bool) -> None:
         self.cert.load(obj)
+        self.changed.set()
 
     def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         self.cert.load(new)
+        self.changed.set()
 
     def on_delete(self, obj: Mapping[str, Any], tombstone: bool) -> None:
         pass  # keep serving the last certificate; the leader writes a new one

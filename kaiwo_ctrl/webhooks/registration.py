@@ -40,6 +40,7 @@ import yaml
 
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.client import Client, Resource
+from kaiwo_ctrl.runtime.labelselector import label_selector
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.registration")
 
@@ -92,40 +93,9 @@ class RegistrationOptions:
         return f"{self.prefix}-validating-webhook-configuration"
 
 
-_SET = re.compile(r"^\s*(!?)([A-Za-z0-9./_-]+)\s*(?:(notin|in)\s*\(([^)]*)\)|(==|=|!=)\s*([A-Za-z0-9._-]*))?\s*$")
-
-
-def parse_label_selector(text: str) -> dict[str, Any]:
-    """``a=b,c!=d,e in (x,y),f notin (z),g,!h`` -> a LabelSelector. Raises ValueError."""
-    match_labels: dict[str, str] = {}
-    exprs: list[dict[str, Any]] = []
-    for part in re.split(r",(?![^(]*\))", text.strip()) if text.strip() else []:
-        m = _SET.match(part)
-        if not m:
-            raise ValueError(f"invalid label selector term {part.strip()!r}")
-        neg, key, set_op, values, op, value = m.groups()
-        if neg and (set_op or op):
-            raise ValueError(f"invalid label selector term {part.strip()!r}")
-        if set_op:
-            vals = sorted(v.strip() for v in values.split(",") if v.strip())
-            exprs.append({"key": key, "operator": "In" if set_op == "in" else "NotIn", "values": vals})
-        elif op in ("=", "=="):
-            match_labels[key] = value
-        elif op == "!=":
-            exprs.append({"key": key, "operator": "NotIn", "values": [value]})
-        else:
-            exprs.append({"key": key, "operator": "DoesNotExist" if neg else "Exists"})
-    out: dict[str, Any] = {}
-    if match_labels:
-        out["matchLabels"] = match_labels
-    if exprs:
-        out["matchExpressions"] = exprs
-    return out
-
-
 def enforcement_namespace_selector(opts: RegistrationOptions) -> dict[str, Any]:
     """The admin's selector plus, always, "not kube-system, not our own namespace"."""
-    sel = parse_label_selector(opts.enforcement_namespace_selector)
+    sel = label_selector(opts.enforcement_namespace_selector)
     excluded = sorted({"kube-system", opts.operator_namespace})
     sel.setdefault("matchExpressions", []).append({"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": excluded})
     return sel

@@ -78,9 +78,12 @@ class Material:
         m.ca_bundle = data.get("ca.crt", b"")
         m.cert_pem, m.key_pem = data.get("tls.crt", b""), data.get("tls.key", b"")
         try:
+            m.cert = x509.load_pem_x509_certificate(m.cert_pem)
+        except (ValueError, TypeError) as e:
+            m.errors.append(f"unreadable: {type(e).__name__}")
+        try:  # no ca.key when another issuer (cert-manager) writes the Secret: the certificate still serves
             ca_cert = x509.load_pem_x509_certificates(m.ca_bundle)[0]
             m.ca = TinyCA.from_pem(ca_cert.public_bytes(_PEM), data["ca.key"])
-            m.cert = x509.load_pem_x509_certificate(m.cert_pem)
         except (ValueError, KeyError, IndexError, TypeError) as e:
             m.errors.append(f"unreadable: {type(e).__name__}")
         stamp = ((secret.get("metadata") or {}).get("annotations") or {}).get(CA_ROTATED_ANNOTATION)

@@ -24,7 +24,6 @@ after a change) and reads children through the shared read-your-writes
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,15 +40,14 @@ from kaiwo_ctrl.runtime.objpath import rv as _rv
 from kaiwo_ctrl.runtime.packed import Packer, packing
 from kaiwo_ctrl.runtime.resources import PODS, PRIORITYCLASSES
 from kaiwo_ctrl.runtime.store import index_by_label
-from kaiwo_ctrl.settings import ConfigMissing, settings_for
+from kaiwo_ctrl.settings import ConfigMissing, environment, settings_for
 
 from .childstatus import ERROR, PENDING, UP
 from .kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
 from .labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
 from .status import PREEMPTABLE
-from .world import DEFAULT_DOWNLOADER_IMAGE, World
+from .world import World
 
-IMAGE_ENV = "KAIWO_CTRL_IMAGE"
 
 IDX_DURATION_RUNNING = "kaiwo-duration-running"
 IDX_PENDING_GPU = "kaiwo-pending-gpu"
@@ -204,7 +202,12 @@ class SharedCaches:
     """Every informer both workload reconcilers read, and the World built from them."""
 
     def __init__(
-        self, mgr: Manager, downloader_image: str | None = None, kinds: Iterable[WorkloadKind] | None = None
+        self,
+        mgr: Manager,
+        downloader_image: str | None = None,
+        kinds: Iterable[WorkloadKind] | None = None,
+        *,
+        download_deadline_seconds: int | None = None,
     ) -> None:
         self.mgr = mgr
         self.kinds: tuple[WorkloadKind, ...] = tuple(WORKLOAD_KINDS.values() if kinds is None else kinds)
@@ -214,7 +217,8 @@ class SharedCaches:
         if undeclared:
             raise ValueError(f"kinds not declared in WORKLOAD_KINDS: {sorted(k for k, _ in undeclared)}")
         names = {k.kind for k in self.kinds}
-        self.downloader_image = downloader_image or os.environ.get(IMAGE_ENV) or DEFAULT_DOWNLOADER_IMAGE
+        self.downloader_image = downloader_image or environment.operator_image()
+        self.download_deadline_seconds = download_deadline_seconds or environment.download_deadline_seconds()
         self.settings = settings_for(mgr)
         own_indexers = {
             IDX_DURATION_RUNNING: _idx_duration_running,
@@ -266,6 +270,7 @@ class SharedCaches:
                 workload_priority_classes=_names(self.wpcs.list()),
                 priority_classes=_names(self.pcs.list()),
                 downloader_image=self.downloader_image,
+                download_deadline_seconds=self.download_deadline_seconds,
                 aim_configs=effective_by_namespace(self.aim_configs.list()),
             )
             self._world_key = key

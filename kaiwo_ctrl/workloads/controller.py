@@ -17,8 +17,9 @@ from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.objpath import meta as _meta
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
+from kaiwo_ctrl.settings.environment import IMAGE_ENV
 
-from .caches import IDX_DURATION_RUNNING, IDX_ERROR, IMAGE_ENV, QueueConfigMissing, SharedCaches, trim_pod
+from .caches import IDX_DURATION_RUNNING, IDX_ERROR, QueueConfigMissing, SharedCaches, trim_pod
 from .kinds import GROUP, MAPPED, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
 from .kinds.mapping import service_pod_owner
 from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
@@ -154,15 +155,18 @@ def setup(
     workers: int = 16,
     tracer: Any = None,
     downloader_image: str | None = None,
+    download_deadline_seconds: int | None = None,
     rate_limiter: Callable[[], Any] | None = None,
     kinds: Iterable[WorkloadKind] | None = None,
 ) -> dict[str, WorkloadReconciler]:
     """Register one controller per workload kind (default: KaiwoJob and
     KaiwoService) on ``mgr``, plus the duration sweep. ``rate_limiter`` makes
     each controller's retry rate limiter (tests use short delays); the
-    runtime default otherwise."""
+    runtime default otherwise. ``downloader_image`` and
+    ``download_deadline_seconds`` default to the operator's environment
+    (:mod:`kaiwo_ctrl.settings.environment`)."""
     specs = tuple(WORKLOAD_KINDS.values() if kinds is None else kinds)
-    shared = SharedCaches(mgr, downloader_image, specs)
+    shared = SharedCaches(mgr, downloader_image, specs, download_deadline_seconds=download_deadline_seconds)
     sweeper = Sweeper(mgr, shared, {k.kind: k.controller_name for k in specs})
     mgr.add_leader_runnable(SWEEP_RUNNABLE, sweeper.run)
     out: dict[str, WorkloadReconciler] = {}

@@ -5,7 +5,6 @@ view of ``spec.storage``."""
 from __future__ import annotations
 
 import copy
-import os
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,19 +44,6 @@ DOWNLOADER_CONTAINER_SECURITY = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-#: Wall-clock limit of the download Job (``activeDeadlineSeconds``); generous,
-#: since models can be hundreds of GiB. Operator env KAIWO_DOWNLOAD_DEADLINE_SECONDS.
-DEFAULT_DOWNLOAD_DEADLINE_SECONDS = 24 * 3600
-
-
-def download_deadline_seconds() -> int:
-    try:
-        value = int(os.environ.get("KAIWO_DOWNLOAD_DEADLINE_SECONDS", DEFAULT_DOWNLOAD_DEADLINE_SECONDS))
-    except ValueError:
-        return DEFAULT_DOWNLOAD_DEADLINE_SECONDS
-    return value if value > 0 else DEFAULT_DOWNLOAD_DEADLINE_SECONDS
-
-
 @dataclass(frozen=True)
 class StoragePlan:
     enabled: bool = False
@@ -232,7 +218,7 @@ def build_download_job(obj: KaiwoObject, plan: StoragePlan, world: World) -> dic
         "metadata": obj.child_metadata({LABEL_TYPE: TYPE_DOWNLOADER}, name=plan.download_name),
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": download_deadline_seconds(),
+            "activeDeadlineSeconds": world.download_deadline_seconds,
             "template": {
                 "metadata": {"labels": {LABEL_TYPE: TYPE_DOWNLOADER}},
                 "spec": {

@@ -21,9 +21,10 @@ from functools import cached_property
 from typing import Any
 
 from api.config.v1alpha1 import KaiwoConfigSpec
+from kaiwo_ctrl.settings.environment import DEFAULT_DOWNLOAD_DEADLINE_SECONDS, DEFAULT_IMAGE
 
 #: Used when the reconciler does not tell us the operator image.
-DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/silogen/kaiwo-ctrl:latest"
+DEFAULT_DOWNLOADER_IMAGE = DEFAULT_IMAGE
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -91,6 +92,7 @@ class World:
     workload_priority_classes: frozenset[str] = frozenset()
     priority_classes: frozenset[str] = frozenset()
     downloader_image: str = DEFAULT_DOWNLOADER_IMAGE
+    download_deadline_seconds: int = DEFAULT_DOWNLOAD_DEADLINE_SECONDS
     aim_configs: Mapping[str, Any] = field(default_factory=dict)
 
     @cached_property
@@ -121,6 +123,7 @@ class World:
         workload_priority_classes: Iterable[str] = (),
         priority_classes: Iterable[str] = (),
         downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+        download_deadline_seconds: int = DEFAULT_DOWNLOAD_DEADLINE_SECONDS,
         aim_configs: Mapping[str, Any] | None = None,
     ) -> World:
         """Build from plain dicts (tests, ``render``). ``config`` and
@@ -138,5 +141,6 @@ class World:
             workload_priority_classes=frozenset(workload_priority_classes),
             priority_classes=frozenset(priority_classes),
             downloader_image=downloader_image,
+            download_deadline_seconds=download_deadline_seconds,
             aim_configs=dict(aim_configs or {}),
         )

@@ -5,7 +5,14 @@
   JSON or SSE, can hold requests or fail a number of times.
 * Models and model server Pods on the real apiserver; a Pod is made Ready by
   patching ``pods/status`` with the fake server's address as its podIP.
-* ``proxy`` fixture: the proxy in a Manager, wired as ``kaiwo-ctrl run`` does.
+* ``proxy`` fixture: the proxy in a Manager, wired as ``kaiwo-ctrl run`` does
+  (its engine scraper reads every 0.2 s); :func:`start_proxy` starts more.
+
+``GET /metrics`` of a :class:`FakeOpenAI` is an engine's metrics endpoint: 404
+(an engine without metrics) unless ``engine`` is set, then vLLM's series from
+what it holds (running up to ``max_num_seqs``, the rest waiting), or the fixed
+``metrics_body``; ``metrics_status``/``metrics_delay`` make it fail or hang.
+Metric reads are counted in ``scrapes``, not recorded among ``requests``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
 from kaiwo_ctrl.serving.command import run_with_manager
+from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
 
@@ -56,6 +64,12 @@ class FakeOpenAI:
         self.break_stream = False
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.engine = False
+        self.max_num_seqs = 2
+        self.metrics_body: bytes | None = None
+        self.metrics_status = 200
+        self.metrics_delay = 0.0
+        self.scrapes = 0
 
     async def start(self) -> FakeOpenAI:
         app = web.Application()
@@ -75,7 +89,25 @@ class FakeOpenAI:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def engine_metrics(self) -> bytes:
+        if self.metrics_body is not None:
+            return self.metrics_body
+        running = min(self.held, self.max_num_seqs)
+        return (f'vllm:num_requests_running{{model_name="{self.name}"}} {running}\n'
+                f'vllm:num_requests_waiting{{model_name="{self.name}"}} {self.held - running}\n'
+                f'vllm:kv_cache_usage_perc{{model_name="{self.name}"}} {0.1 * running}\n').encode()
+
+    async def metrics(self) -> web.Response:
+        self.scrapes += 1
+        if not self.engine:
+            return web.Response(status=404, text="404: Not Found")
+        if self.metrics_delay:
+            await asyncio.sleep(self.metrics_delay)
+        return web.Response(status=self.metrics_status, body=self.engine_metrics(), content_type="text/plain")
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/metrics":
+            return await self.metrics()
         body = await request.read()
         rec = {"path": request.path_qs, "headers": dict(request.headers), "body": body}
         self.requests.append(rec)
@@ -179,6 +211,9 @@ async def backends():
 class Proxy:
     def __init__(self, mgr: Manager, server, url: str) -> None:
         self.mgr, self.server, self.url = mgr, server, url
+        self.scraper = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
 
     def endpoints(self, ns: str, model: str) -> list[str]:
@@ -210,16 +245,30 @@ class Proxy:
         return total
 
 
-@pytest.fixture
-async def proxy(control_plane):
+async def start_proxy(control_plane, engine_interval: float = 0.2, wire=None) -> Proxy:
+    """A proxy replica in its own Manager; ``wire(mgr, server, scraper)`` adds more before it starts."""
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
     server = setup_proxy(mgr, "127.0.0.1:0")
+    scraper = attach_scraper(server.handler.tracker, mgr.metrics.registry, ScrapeConfig(interval=engine_interval, timeout=0.5))
+    if wire is not None:
+        wire(mgr, server, scraper)
     stop = asyncio.Event()
     task = asyncio.create_task(run_with_manager(mgr, server, stop))
     await asyncio.wait_for(server.started.wait(), 60)
     p = Proxy(mgr, server, f"http://127.0.0.1:{server.port}")
-    yield p
+    p.scraper, p._stop, p._task = scraper, stop, task
+    return p
+
+
+async def stop_proxy(p: Proxy) -> None:
     await p.http.close()
-    stop.set()
-    await asyncio.wait_for(task, 60)
+    p._stop.set()
+    await asyncio.wait_for(p._task, 60)
+
+
+@pytest.fixture
+async def proxy(control_plane):
+    p = await start_proxy(control_plane)
+    yield p
+    await stop_proxy(p)

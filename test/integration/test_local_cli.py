@@ -51,7 +51,9 @@ def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
     import yaml
 
     d = tmp_path / "sim"
-    up = subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "up", "--simulate", "--dir", str(d)],
+    target = _http_target()
+    up = subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "up", "--simulate", "--dir", str(d),
+                         "--sim-forward", f"8080:{target.server_address[1]}"],
                         capture_output=True, text=True, timeout=600)
     kubectl = [str(VENV_BIN / "kubectl"), "--kubeconfig", str(d / "kubeconfig")]
 
@@ -99,5 +101,59 @@ def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
         conds = {c["type"]: c["status"] for c in workloads[0]["status"]["conditions"]}
         assert conds.get("Admitted") == "True" and conds.get("Finished") == "True", conds
         assert workloads[0]["status"]["admission"]["clusterQueue"] == "cq"
+        _streams_through_kwok(kubectl, get, d)
     finally:
+        target.shutdown()
         subprocess.run([sys.executable, "-m", "kaiwo_ctrl", "local", "down", "--dir", str(d)], capture_output=True, timeout=120)
+
+
+def _http_target():
+    """A local HTTP server answering GET with its path, in a thread (the port-forward target)."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"target saw {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _streams_through_kwok(kubectl: list[str], get, d: Path) -> None:
+    """kubectl (not our CLI) logs, exec and port-forward into a simulated pod: the API server reaches kwok."""
+    import urllib.request
+
+    import yaml
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"nodeName": "sim-0", "containers": [{"name": "c", "image": "busybox"}]}}
+    subprocess.run(kubectl + ["apply", "-f", "-"], input=yaml.safe_dump(pod), text=True, check=True, capture_output=True)
+    wait_until(lambda: get("pod", "web").get("status", {}).get("phase") == "Running", timeout=60, interval=0.5,
+               what="the pod runs")
+    logs = subprocess.run(kubectl + ["logs", "web"], capture_output=True, text=True, timeout=60)
+    assert logs.returncode == 0 and "simulated container on a kwok node" in logs.stdout, logs.stderr
+    ex = subprocess.run(kubectl + ["exec", "web", "--", "sh", "-c", "echo in-pod; exit 3"], capture_output=True,
+                        text=True, timeout=60)
+    # kwok reports the command's exit as an internal error ("...: exit status 3"), which kubectl
+    # does not turn into its exit code (kaiwo exec does; see kaiwo_cli.channels.exit_code)
+    assert ex.stdout == "in-pod\n" and ex.returncode != 0 and "exit status 3" in ex.stderr, ex.stderr
+    pf = subprocess.Popen(kubectl + ["port-forward", "pod/web", ":8080"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        line = pf.stdout.readline()
+        assert line.startswith("Forwarding from 127.0.0.1:"), (line, pf.stderr.read() if pf.poll() is not None else "")
+        port = int(line.split("127.0.0.1:", 1)[1].split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/through-the-tunnel", timeout=30) as r:
+            assert r.read() == b"target saw /through-the-tunnel"
+    finally:
+        pf.terminate()
+        pf.wait(30)

@@ -136,6 +136,7 @@ def test_empty_kaiwo_config_gets_every_default():
         "defaultClusterQueueName": "kaiwo",
         "defaultClusterQueueCohortName": "kaiwo",
         "dynamicallyUpdateDefaultClusterQueue": False,
+        "models": {"inferencePools": False},
     }
     # no spec at all behaves the same (the CRD defaults spec to {})
     bare = KaiwoConfig.model_validate({"metadata": {"name": "kaiwo"}})

@@ -53,3 +53,31 @@ def test_peer_addresses_are_ready_pod_ips():
         {"metadata": {"name": "y"}, "status": {"podIP": "10.0.0.3", "conditions": [{"type": "Ready", "status": "False"}]}},
     ]
     assert peer_addresses(pods, 8080) == ["10.0.0.2:8080"]
+
+
+async def test_load_is_the_larger_of_engines_and_proxies_per_model(monkeypatch):
+    from kaiwo_ctrl.serving.autoscale import autoscaler as mod
+
+    proxies = {"ns/a": 5.0, "ns/b": 2.0}
+
+    async def scrape(session, peers, **kw):
+        return dict(proxies) if peers else None
+
+    monkeypatch.setattr(mod, "scrape_active", scrape)
+    cfg = mod.AutoscalerConfig()
+    engines = {"ns/a": 3.0, "ns/c": 7.0}  # a: held requests at the proxies count; c: traffic that bypassed them
+    a = mod.Autoscaler(None, None, lambda: ["p:1"], cfg, lambda: dict(engines))  # type: ignore[arg-type]
+    assert await a._load(None) == {"ns/a": 5.0, "ns/b": 2.0, "ns/c": 7.0}
+    proxies["ns/b"] = 1.0
+    engines["ns/b"] = 4.0
+    assert (await a._load(None))["ns/b"] == 4.0
+    # no proxy replica to read: engine load alone; neither: skip the tick
+    assert await mod.Autoscaler(None, None, lambda: [], cfg, lambda: {"ns/c": 1.0})._load(None) == {"ns/c": 1.0}  # type: ignore[arg-type]
+    assert await mod.Autoscaler(None, None, lambda: [], cfg, None)._load(None) is None  # type: ignore[arg-type]
+    # a proxy replica that cannot be read skips the tick, engine load or not
+    monkeypatch.setattr(mod, "scrape_active", lambda *a, **k: _none())
+    assert await mod.Autoscaler(None, None, lambda: ["p:1"], cfg, lambda: {"ns/c": 1.0})._load(None) is None  # type: ignore[arg-type]
+
+
+async def _none():
+    return None

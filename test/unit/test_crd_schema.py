@@ -219,7 +219,7 @@ def test_fields_without_default(kind, path):
 ENUMS = [
     ("KaiwoConfig", ".spec.resourceMonitoring.profile", ["gpu"]),
     ("Model", ".spec.engine", ["OLlama", "VLLM", "FasterWhisper", "Infinity"]),
-    ("Model", ".spec.features[]", ["TextGeneration", "TextEmbedding", "SpeechToText"]),
+    ("Model", ".spec.features[]", ["TextGeneration", "TextEmbedding", "Reranking", "SpeechToText"]),
     ("Model", ".spec.loadBalancing.strategy", ["LeastLoad", "PrefixHash"]),
     ("KaiwoJob", ".status.conditions[].status", ["True", "False", "Unknown"]),
 ]

@@ -213,3 +213,33 @@ def test_human_durations(seconds, want):
 
 def test_age_of_a_bad_timestamp_is_a_dash():
     assert age(None) == "-" and age("yesterday") == "-"
+
+
+@pytest.mark.parametrize("argv", [["-f", "-"], ["-f", "--"], ["--file", "--"], ["--file=--"], ["--file=-"]])
+def test_submit_reads_the_manifest_from_stdin_for_dash_and_double_dash(argv, monkeypatch, capsys, tmp_path):
+    import io
+    import json
+
+    from kaiwo_ctrl.kaiwo_cli.main import main
+
+    manifest = "apiVersion: kaiwo.silogen.ai/v1alpha1\nkind: KaiwoJob\nmetadata: {name: piped}\nspec: {image: img:stdin}\n"
+    monkeypatch.setenv("KAIWOCONFIG", str(tmp_path / "cfg.yaml"))
+    (tmp_path / "cfg.yaml").write_text("user: a@b.io\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(manifest))
+    assert main(["submit", *argv, "--dry-run", "-o", "json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert (obj["metadata"]["name"], obj["spec"]["image"], obj["spec"]["user"]) == ("piped", "img:stdin", "a@b.io")
+
+
+def test_a_file_named_like_a_dash_elsewhere_is_not_stdin(tmp_path, monkeypatch, capsys):
+    from kaiwo_ctrl.kaiwo_cli.main import main, stdin_file_args
+
+    # `--` keeps its meaning (end of options) elsewhere: only submit's -f value is rewritten
+    assert stdin_file_args(["submit", "--name", "x", "--", "-f", "--"]) == ["submit", "--name", "x", "--", "-f", "--"]
+    assert stdin_file_args(["exec", "x", "--", "tail", "-f", "--", "f"]) == ["exec", "x", "--", "tail", "-f", "--", "f"]
+    assert stdin_file_args(["submit", "-f", "--", "--dry-run"]) == ["submit", "-f", "-", "--dry-run"]
+    monkeypatch.setenv("KAIWOCONFIG", str(tmp_path / "cfg.yaml"))
+    (tmp_path / "cfg.yaml").write_text("user: a@b.io\n")
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("kind: Pod\n"))
+    assert main(["submit", "-f", "-", "--dry-run"]) == USAGE
+    assert "<stdin>: kind must be KaiwoJob or KaiwoService, not 'Pod'" in capsys.readouterr().err

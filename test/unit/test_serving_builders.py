@@ -200,6 +200,21 @@ def test_plan_rollout_surge_zero_and_one():
     assert names(p_notready.delete)[0] == "o1"
 
 
+def test_plan_rollout_under_full_quota_makes_room():
+    """The surge Pod waits for quota the old Pods hold: one Ready old Pod goes per pass."""
+    old = [pod("o1", "O", True, True), pod("o2", "O", True, True)]
+    waiting = pod("n1", "H")
+    assert plan([*old, waiting], "H", 2, 1).delete == []  # without Kueue's verdict: wait as before
+    p = plan([*old, waiting], "H", 2, 1, frozenset({"n1"}))
+    assert len(p.delete) == 1 and names(p.delete)[0] in ("o1", "o2") and p.create == 1
+    # not while an old Pod is still terminating (its quota is on its way back)
+    going = pod("o0", "O", True, True)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+    assert plan([going, *old, waiting], "H", 2, 1, frozenset({"n1"})).delete == []
+    # an out-of-date Pod waiting for quota is replaced as any not-Ready old Pod; no Ready one goes for it
+    assert names(plan([*old, pod("n1", "O")], "H", 2, 1, frozenset({"n1"})).delete) == ["n1"]
+
+
 # ---------------------------------------------------------------------- cli
 def test_run_refuses_an_invalid_model_config(tmp_path, capsys):
     from kaiwo_ctrl.cli import main

@@ -113,24 +113,6 @@ def test_enforcement_webhooks_exist_only_with_enforcement():
     assert {"mutate-jobs.kaiwo.silogen.ai", "validate-jobs.kaiwo.silogen.ai", "validate-model.kaiwo.silogen.ai"} <= names
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("", {}),
-    ("team=a", {"matchLabels": {"team": "a"}}),
-    ("env in (prod, dev),!legacy", {"matchExpressions": [{"key": "env", "operator": "In", "values": ["dev", "prod"]},
-                                                        {"key": "legacy", "operator": "DoesNotExist"}]}),
-    ("tier!=free,gpu", {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["free"]},
-                                             {"key": "gpu", "operator": "Exists"}]}),
-])
-def test_label_selector_parsing(text, want):
-    assert reg.parse_label_selector(text) == want
-
-
-@pytest.mark.parametrize("text", ["a=b=c", "!a=b", "a in b"])
-def test_bad_label_selectors_are_refused(text):
-    with pytest.raises(ValueError):
-        reg.parse_label_selector(text)
-
-
 def test_config_webhook_manifests_are_generated():
     assert reg.MANIFEST.read_text() == reg.manifest_text(), "run python -m kaiwo_ctrl.webhooks.registration"
 

@@ -8,6 +8,14 @@ Design (leader only):
   Pods matching a label selector in the operator's namespace, or a fixed list
   of addresses -- and sums the gauge per Model. When any scrape fails the
   tick is skipped rather than taken as a drop in load.
+* Engine load: where this process also serves the proxy, its engine scraper
+  knows what each Model's server Pods report. For a Model whose every Ready
+  Pod reported freshly, the sample is the larger of the engines' running plus
+  waiting requests and the proxies' sum (the engines see traffic that bypasses
+  the proxies -- a Gateway route, a port-forward, other replicas; the proxies
+  see requests held before any Pod takes them, as when scaling from zero).
+  Otherwise the proxies' sum alone, as KubeAI does. With no proxy replica to
+  scrape, engine load alone still drives the Models it covers.
 * Per Model a moving window of ``ceil(timeWindow / interval)`` samples; the
   target is ``ceil(mean / targetRequests)`` clamped to [minReplicas,
   maxReplicas]. Scaling up is immediate; scaling down needs

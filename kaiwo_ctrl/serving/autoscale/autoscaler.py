@@ -40,8 +40,13 @@ class AutoscalerConfig:
 
 
 class Autoscaler:
-    def __init__(self, client: Client, models: Informer, peers: Callable[[], list[str]], config: AutoscalerConfig) -> None:
+    def __init__(
+        self, client: Client, models: Informer, peers: Callable[[], list[str]], config: AutoscalerConfig,
+        engine_load: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
         self.client, self.models, self.peers, self.config = client, models, peers, config
+        #: running + waiting requests per ``<namespace>/<name>`` where the engines reported (the scraper's)
+        self.engine_load = engine_load
         self.size = window_size(config.time_window, config.interval)
         self.state: dict[str, ModelScaling] = {}
         self.ticks = 0
@@ -127,14 +132,8 @@ class Autoscaler:
             log.warning(msg, extra={"error": str(e)[:300], "configmap": f"{self.config.namespace}/{self.config.state_configmap}"})
 
     async def tick(self, session: aiohttp.ClientSession, save: bool = True) -> None:
-        peers = self.peers()
-        if not peers:
-            return
-        active = await scrape_active(session, peers, secure=self.config.secure_peers, ca_file=self.config.peer_ca_file,
-                                     server_name=self.config.peer_server_name)
+        active = await self._load(session)
         if active is None:
-            log.info("autoscaler skipped a tick: a proxy replica could not be scraped (with --metrics-secure, peers are "
-                     "scraped only with --autoscaler-peer-ca-file)", extra={"peers": peers})
             return
         self.ticks += 1
         seen = set()
@@ -154,6 +153,29 @@ class Autoscaler:
             del self.state[gone]
         if save:
             await self.save()
+
+    async def _load(self, session: aiohttp.ClientSession) -> dict[str, float] | None:
+        """Load per Model: the proxies' active requests, raised to the engines' where they reported.
+
+        None (skip the tick) when a proxy replica could not be read, or there is
+        neither a proxy replica nor engine load to go by.
+        """
+        peers = self.peers()
+        engines = self.engine_load() if self.engine_load is not None else {}
+        if not peers and not engines:
+            return None
+        active: dict[str, float] = {}
+        if peers:
+            scraped = await scrape_active(session, peers, secure=self.config.secure_peers, ca_file=self.config.peer_ca_file,
+                                          server_name=self.config.peer_server_name)
+            if scraped is None:
+                log.info("autoscaler skipped a tick: a proxy replica could not be scraped (with --metrics-secure, peers are "
+                         "scraped only with --autoscaler-peer-ca-file)", extra={"peers": peers})
+                return None
+            active = scraped
+        for key, load in engines.items():
+            active[key] = max(active.get(key, 0.0), load)
+        return active
 
     async def _scale(self, meta: Mapping[str, Any], spec: Mapping[str, Any], st: ModelScaling) -> None:
         current = int(spec.get("replicas") or 0)

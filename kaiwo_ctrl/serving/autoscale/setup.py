@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.resources import PODS
@@ -11,12 +13,13 @@ from kaiwo_ctrl.serving.autoscale.peers import peer_addresses
 
 def setup_autoscaler(
     mgr: Manager, config: AutoscalerConfig, *, peers: list[str] | None = None, peer_selector: str = "", peer_port: int = 8080,
-    self_proxy: bool = False,
+    self_proxy: bool = False, engine_load: Callable[[], dict[str, float]] | None = None,
 ) -> Autoscaler:
     """``peers``: fixed metrics addresses; else Ready Pods matching ``peer_selector`` in the operator's namespace.
 
     With ``self_proxy`` (this process serves the proxy too) and no Pod found --
     e.g. an operator run outside the cluster -- the process scrapes itself.
+    ``engine_load``: this process's engine scraper's per-Model load (see the package docstring).
     """
     if peers:
         fixed = list(peers)
@@ -32,6 +35,6 @@ def setup_autoscaler(
                 return [f"127.0.0.1:{mgr.bound['metrics']}"]
             return found
 
-    scaler = Autoscaler(mgr.client, mgr.cache.informer(MODELS), find, config)
+    scaler = Autoscaler(mgr.client, mgr.cache.informer(MODELS), find, config, engine_load)
     mgr.add_leader_runnable("model-autoscaler", scaler.run)
     return scaler

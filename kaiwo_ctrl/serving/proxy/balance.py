@@ -7,19 +7,32 @@ the caller then waits for the next endpoint change and asks again.
 PrefixHash places ``replication`` points per endpoint on a 64-bit ring at
 ``xxh64(endpointKey + str(i))``. A request hashes ``adapter + prefix`` and walks
 clockwise from the first point at or after its hash. It takes the first
-adapter-capable endpoint whose load is acceptable -- nothing is in flight in
-the group, or ``inFlight <= (total + 1) / count * meanLoadFactor / 100`` over
-all endpoints of the Model -- and falls back to the first adapter-capable
-endpoint it met when none is.
+adapter-capable endpoint whose load is acceptable -- the group carries no
+load, or ``load <= (total + 1) / count * meanLoadFactor / 100`` over all
+endpoints of the Model -- and falls back to the first adapter-capable endpoint
+it met when none is.
+
+"Load" is :func:`.score.endpoint_load`: what the engine reports where it does
+(queue, batch, KV-cache use), else KubeAI's measure, the requests in flight
+through this proxy replica. With no engine reports both strategies are
+KubeAI's, choice for choice. Where engines report, PrefixHash also passes over
+an engine with a waiting queue (:func:`.score.queued`: it admits nothing new
+now, so a request there waits for a running one to finish, while elsewhere it
+only pays the prefill of its uncached prompt -- the queue filter the Gateway
+API Inference Extension's scheduler applies before prefix affinity), and when
+no endpoint is acceptable it takes the least loaded one rather than the key's
+home (under saturation the home's queue is the longest wait).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import xxhash
+
+from kaiwo_ctrl.serving.proxy.score import EngineSample, endpoint_load
 
 
 @dataclass(eq=False, slots=True)
@@ -31,6 +44,9 @@ class Endpoint:
     adapters: frozenset[str] = frozenset()
     in_flight: int = 0
     removed: bool = False
+    engine: EngineSample | None = None  # the engine's last report (see .scrape)
+    engine_until: float = 0.0  # monotonic time the report goes stale
+    in_flight_base: int = 0  # ``in_flight`` when the last report's scrape began
 
     def serves(self, adapter: str) -> bool:
         return not adapter or adapter in self.adapters
@@ -40,25 +56,27 @@ def hash64(text: str) -> int:
     return xxhash.xxh64_intdigest(text.encode())
 
 
-def least_load(endpoints: Iterable[Endpoint], adapter: str = "", skip: frozenset[str] = frozenset()) -> Endpoint | None:
-    """The endpoint with the fewest in-flight requests (first seen wins a tie).
+def least_load(
+    endpoints: Iterable[Endpoint], adapter: str = "", skip: frozenset[str] = frozenset(), now: float = 0.0,
+) -> Endpoint | None:
+    """The endpoint with the least load at monotonic time ``now`` (first seen wins a tie).
 
     Endpoints in ``skip`` (already tried by this request) are used only when
     nothing else serves the adapter.
     """
     best: Endpoint | None = None
     spare: Endpoint | None = None
+    best_load = spare_load = 0.0
     for ep in endpoints:
         if not ep.serves(adapter):
             continue
+        load = ep.in_flight if ep.engine is None else endpoint_load(ep, now, adapter)  # the common case inline
         if ep.key in skip:
-            if spare is None or ep.in_flight < spare.in_flight:
-                spare = ep
+            if spare is None or load < spare_load:
+                spare, spare_load = ep, load
             continue
-        if best is None or ep.in_flight < best.in_flight:
-            best = ep
-            if ep.in_flight == 0:
-                break
+        if best is None or load < best_load:
+            best, best_load = ep, load
     return best or spare
 
 
@@ -101,11 +119,15 @@ class Ring:
         self,
         key: str,
         endpoints: Mapping[str, Endpoint],
-        total_in_flight: int,
+        total_in_flight: float,
         mean_load_factor: int,
         adapter: str = "",
         skip: frozenset[str] = frozenset(),
+        load: Callable[[Endpoint], float] | None = None,
+        admits: Callable[[Endpoint], bool] | None = None,
     ) -> Choice:
+        """``total_in_flight`` is the group's total ``load`` (default: in-flight counts);
+        an endpoint ``admits`` rejects is passed over like one above the bound."""
         n = len(self._hashes)
         if not n or not endpoints:
             return Choice(None)
@@ -131,7 +153,7 @@ class Ring:
                 continue
             if fallback is None:
                 fallback = ep
-            if total_in_flight == 0 or ep.in_flight <= bound:
+            if total_in_flight == 0 or ((ep.in_flight if load is None else load(ep)) <= bound and (admits is None or admits(ep))):
                 return Choice(ep, initial, False, examined)
             rejected.add(owner)
             if len(rejected) == len(endpoints):

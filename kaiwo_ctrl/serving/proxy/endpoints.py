@@ -7,7 +7,9 @@ labels (presence only). Every Pod event updates just that Pod's endpoint; a
 deleted Pod's endpoint goes at once (KubeAI ignores the delete event and
 relies on the readiness change before it).
 
-In-flight counts live on the endpoint. An endpoint that goes away keeps its
+In-flight counts live on the endpoint, and so does the engine's last report
+(written by :mod:`.scrape`); choices score both through
+:func:`.score.endpoint_load`. An endpoint that goes away keeps its
 count until its requests finish, but no longer counts toward the group total
 that PrefixHash's load bound uses.
 
@@ -19,13 +21,15 @@ so such a request only ended when the client gave up).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.cache import Cache
 from kaiwo_ctrl.runtime.informer import Informer
 from kaiwo_ctrl.runtime.resources import PODS
 from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, least_load
+from kaiwo_ctrl.serving.proxy.score import endpoint_load, fresh, queued
 
 POD_SELECTOR = "app=model"
 MODEL_LABEL = "model"
@@ -125,10 +129,22 @@ class Group:
             self.ring = Ring(replication)
             for k in self.endpoints:
                 self.ring.add(k)
-        return self.ring.choose(key, self.endpoints, self.total, mean_load_factor, adapter, skip)
+        now = time.monotonic()
+        eps = self.endpoints
+        if not any(fresh(ep, now) for ep in eps.values()):  # no engine reports: KubeAI's choice
+            return self.ring.choose(key, eps, self.total, mean_load_factor, adapter, skip)
+
+        def load(ep: Endpoint) -> float:
+            return ep.in_flight if ep.engine is None else endpoint_load(ep, now)
+
+        total = sum(load(ep) for ep in eps.values())
+        c = self.ring.choose(key, eps, total, mean_load_factor, adapter, skip, load, lambda ep: not queued(ep, now))
+        if c.fallback:  # nothing acceptable: the least loaded, not the home's queue
+            c.endpoint = least_load(eps.values(), adapter, skip, now) or c.endpoint
+        return c
 
     def choose_least(self, adapter: str, skip: frozenset[str]) -> Endpoint | None:
-        return least_load(self.endpoints.values(), adapter, skip)
+        return least_load(self.endpoints.values(), adapter, skip, time.monotonic())
 
 
 class EndpointTracker:
@@ -136,6 +152,8 @@ class EndpointTracker:
 
     def __init__(self) -> None:
         self.groups: dict[GroupKey, Group] = {}
+        #: work that lives as long as the proxy serves from these endpoints (the engine scraper)
+        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
 
     def group(self, key: GroupKey) -> Group:
         g = self.groups.get(key)

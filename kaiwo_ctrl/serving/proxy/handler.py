@@ -43,7 +43,7 @@ from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
 CONNECT_TIMEOUT = 5.0
-JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings"})
+JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank"})  # rerank: Reranking Models (KubeAI 0.22)
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
 _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}

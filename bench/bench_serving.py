@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Serving benchmark: routing strategies on simulated vLLM engines, multi-turn chat.
+
+Processes: the fake engines (bench/fake_engine.py, one per loopback address,
+parameters from a published vLLM figure -- see LLAMA31_8B_A100_40GB there),
+zero to two proxy processes (the production handler, server and engine
+scraper; the Model and Pod caches filled directly), and this load generator.
+
+Compared in one run, on the same engines (each run starts with empty caches):
+
+* ``random``: each request to a random engine, as a Kubernetes Service does
+  (no proxy; the same figure stands in both replica blocks);
+* ``LeastLoad`` and ``PrefixHash`` as KubeAI has them (the proxy's own
+  in-flight counts: engine metrics off);
+* ``LeastLoad+engine`` and ``PrefixHash+engine``: the same Model strategies
+  with the proxy reading the engines' /metrics every ``--scrape-interval``;
+* each proxied one through 1 and through 2 proxy replicas (users split
+  between them, as a Service in front of the replicas would).
+
+Workload (closed loop, ``--levels`` concurrent users): multi-turn chat
+conversations shaped like ShareGPT's -- a long first message (median 2,000
+tokens, a pasted document), short follow-ups (median 80), replies of a few
+hundred tokens (median 220), 2-8 turns, ``--think`` s (median) between turns;
+each turn resends the
+whole conversation, so a prompt grows turn by turn and its beginning is what
+the engine that served the last turn has cached. Lengths are log-normal
+(``--seed`` fixes them; every strategy gets the same users and conversations).
+
+Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
+engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
+started after ``--warmup`` s in a ``--duration`` s run.
+
+    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+HOSTS = [f"127.0.0.{41 + i}" for i in range(4)]
+ENGINE_PORT = 18600
+PROXY_PORT = 18650
+STRATEGIES = [("random", None, 0.0), ("LeastLoad", "LeastLoad", 0.0), ("PrefixHash", "PrefixHash", 0.0),
+              ("LeastLoad+engine", "LeastLoad", 1.0), ("PrefixHash+engine", "PrefixHash", 1.0)]
+SYSTEM = "You are a helpful assistant. Answer the user's questions carefully and completely."
+
+
+# ------------------------------------------------------------------ roles
+async def _engines_main(n: int) -> None:
+    from fake_engine import LLAMA31_8B_A100_40GB, serve_engines
+
+    await serve_engines(HOSTS[:n], ENGINE_PORT, LLAMA31_8B_A100_40GB)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+async def _proxy_main(port: int, strategy: str, scrape: float, n: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kaiwo_ctrl.kinds import MODELS
+    from kaiwo_ctrl.runtime.informer import Informer
+    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.proxy.resolve import Resolver
+    from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
+    from kaiwo_ctrl.serving.proxy.server import ProxyServer
+
+    models = Informer(None, MODELS)
+    models.store.put({"metadata": {"name": "bench", "namespace": "default", "resourceVersion": "1"},
+                      "spec": {"features": ["TextGeneration"], "replicas": n, "loadBalancing": {"strategy": strategy}}})
+    tracker = EndpointTracker()
+    for i, h in enumerate(HOSTS[:n]):
+        tracker.on_add({"metadata": {"name": f"p{i}", "namespace": "default", "labels": {"app": "model", "model": "bench"},
+                                     "annotations": {"model-pod-port": str(ENGINE_PORT)}},
+                        "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
+    registry = CollectorRegistry()
+    attach_scraper(tracker, registry, ScrapeConfig(interval=scrape))
+    server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None), ("127.0.0.1", port))
+    background = [asyncio.create_task(fn()) for fn in tracker.background]
+    task = asyncio.create_task(server.run())
+    await server.started.wait()
+    print("ready", flush=True)
+    await task
+    del background
+
+
+def _spawn(role: str, *args: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, __file__, f"--role={role}", *args], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready", f"{role} did not start"
+    return p
+
+
+# -------------------------------------------------------------- workload
+def _lognormal(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
+    return max(lo, min(hi, int(rng.lognormvariate(math.log(median), sigma))))
+
+
+def _words(rng: random.Random, tokens: int) -> str:
+    """``tokens`` tokens of text (4 characters a token, as the fake engine counts)."""
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") * 3 + " " for _ in range(tokens))
+
+
+@dataclass
+class Conversation:
+    first: int
+    turns: list[tuple[int, int]]  # (user tokens, reply tokens)
+
+
+def conversation(rng: random.Random, scale: float) -> Conversation:
+    first = _lognormal(rng, 2000 * scale, 0.6, 64, int(8000 * scale))
+    turns = [(_lognormal(rng, 80, 0.8, 8, 600), _lognormal(rng, 220, 0.5, 16, 600)) for _ in range(rng.randint(2, 8))]
+    return Conversation(first, turns)
+
+
+@dataclass
+class RunStats:
+    ttft: list[float] = field(default_factory=list)
+    tokens: int = 0
+    errors: int = 0
+
+
+async def _chat(pool: Any, authority: str, path: str, messages: list, max_tokens: int) -> tuple[float, str]:
+    body = orjson.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens, "stream": True})
+    t0 = time.perf_counter()
+    ttft = -1.0
+    text: list[str] = []
+    buf = b""
+    async with await pool.request("POST", authority, path, [(b"Content-Type", b"application/json")], body) as r:
+        if r.status != 200:
+            await r.read()
+            raise OSError(f"status {r.status}")
+        async for chunk in r:
+            buf += chunk
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                if ev.startswith(b"data: {"):
+                    if ttft < 0:
+                        ttft = time.perf_counter() - t0
+                    text.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
+    return ttft, "".join(text)
+
+
+async def run_load(targets: list[tuple[str, str]], users: int, duration: float, warmup: float, seed: int, scale: float,
+                   random_route: bool, think: float) -> RunStats:
+    from kaiwo_ctrl.runtime.http1 import Pool
+
+    pool = Pool(connect_timeout=10, idle_timeout=60)
+    stats = RunStats()
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + duration
+
+    async def user(u: int) -> None:
+        rng = random.Random(seed * 1000 + u)
+        route_rng = random.Random(seed * 7919 + u)
+        authority, path = targets[u % len(targets)]
+        while time.perf_counter() < stop_at:
+            conv = conversation(rng, scale)
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"[{u}:{rng.random():.6f}] " + _words(rng, conv.first)}]
+            for user_tokens, reply_tokens in conv.turns:
+                if time.perf_counter() >= stop_at:
+                    return
+                if random_route:
+                    authority = route_rng.choice(targets)[0]
+                t = time.perf_counter()
+                try:
+                    ttft, reply = await _chat(pool, authority, path, messages, reply_tokens)
+                except (OSError, ValueError, KeyError):
+                    stats.errors += 1
+                    await asyncio.sleep(0.1)
+                    break
+                if t >= measure_from:
+                    stats.ttft.append(ttft)
+                    stats.tokens += reply_tokens
+                messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": _words(rng, user_tokens)}]
+                await asyncio.sleep(rng.lognormvariate(math.log(think), 0.6))  # the user reads and types
+
+    await asyncio.gather(*(user(u) for u in range(users)))
+    stats.window = stop_at - measure_from  # type: ignore[attr-defined]
+    await pool.close()
+    return stats
+
+
+# ------------------------------------------------------------------ main
+async def _engine_counters(n: int) -> tuple[float, float, float]:
+    """(prefix-cache query tokens, hit tokens, running+waiting) summed over the engines."""
+    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
+
+    pool = Pool()
+    q = h = busy = 0.0
+    for host in HOSTS[:n]:
+        async with await pool.request("GET", f"{host}:{ENGINE_PORT}", "/metrics") as r:
+            body = await r.read()
+        for line in body.decode().splitlines():
+            if line.startswith("vllm:prefix_cache_queries_total"):
+                q += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:prefix_cache_hits_total"):
+                h += float(line.rsplit(" ", 1)[1])
+        s = parse_engine_metrics(body)
+        busy += (s.running + s.waiting) if s else 0
+    await pool.close()
+    return q, h, busy
+
+
+async def _reset(n: int) -> None:
+    from kaiwo_ctrl.runtime.http1 import Pool
+
+    pool = Pool()
+    while (await _engine_counters(n))[2] > 0:  # the last run's requests drain first
+        await asyncio.sleep(0.5)
+    for host in HOSTS[:n]:
+        async with await pool.request("POST", f"{host}:{ENGINE_PORT}", "/reset") as r:
+            await r.read()
+    await pool.close()
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(math.ceil(p / 100 * len(s))) - 1)]
+
+
+async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scrape: float, replicas: int, users: int) -> dict:
+    await _reset(args.engines)
+    procs = []
+    if strategy is None:
+        targets = [(f"{h}:{ENGINE_PORT}", "/v1/chat/completions") for h in HOSTS[:args.engines]]
+    else:
+        targets = []
+        for i in range(replicas):
+            port = PROXY_PORT + i
+            procs.append(_spawn("proxy", f"--port={port}", f"--strategy={strategy}",
+                                f"--scrape-interval={scrape and args.scrape_interval}", f"--engines={args.engines}"))
+            targets.append((f"127.0.0.1:{port}", "/openai/v1/chat/completions"))
+        await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
+    try:
+        stats_task = asyncio.create_task(run_load(targets, users, args.duration, args.warmup, args.seed, args.scale, strategy is None,
+                                                  args.think))
+        await asyncio.sleep(args.warmup)
+        q1, h1, _ = await _engine_counters(args.engines)
+        stats = await stats_task
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+    q3, h3, _ = await _engine_counters(args.engines)
+    hit = (h3 - h1) / (q3 - q1) if q3 > q1 else float("nan")
+    return {"name": name, "replicas": replicas, "users": users, "n": len(stats.ttft), "p50": pct(stats.ttft, 50),
+            "p99": pct(stats.ttft, 99), "tps": stats.tokens / stats.window, "hit": hit, "errors": stats.errors}  # type: ignore[attr-defined]
+
+
+def _print(rows: list[dict]) -> None:
+    print(f"{'users':>5} {'proxies':>7} {'strategy':<18} {'requests':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'tokens/s':>9} "
+          f"{'cache hit':>9} {'errors':>6}")
+    for r in rows:
+        print(f"{r['users']:>5} {r['replicas']:>7} {r['name']:<18} {r['n']:>8} {r['p50']:>9.3f} {r['p99']:>9.3f} {r['tps']:>9.0f} "
+              f"{r['hit']:>9.1%} {r['errors']:>6}", flush=True)
+
+
+async def main(args: argparse.Namespace) -> None:
+    engines = _spawn("engines", f"--engines={args.engines}")
+    rows: list[dict] = []
+    t0 = time.time()
+    try:
+        for users in args.levels:
+            level: list[dict] = []
+            for replicas in (1, 2):
+                for name, strategy, scrape in STRATEGIES:
+                    if args.strategies and name not in args.strategies:
+                        continue
+                    if strategy is None and replicas == 2:
+                        level.append({**next(r for r in level if r["name"] == "random"), "replicas": 2})
+                        continue
+                    level.append(await one_run(args, name, strategy, scrape, replicas, users))
+                    print(f"# {users} users, {replicas} proxies, {name}: done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+            rows += level
+            _print(level)
+            for replicas in (1, 2):
+                top = [r for r in level if r["replicas"] == replicas]
+                best = min(top, key=lambda r: r["p99"])
+                print(f"# {users} users, {replicas} proxies: lowest TTFT p99 -> {best['name']} ({best['p99']:.3f} s)", flush=True)
+        print("\n## all levels")
+        _print(rows)
+    finally:
+        engines.terminate()
+        engines.wait()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--role", default="main", choices=["main", "engines", "proxy"])
+    p.add_argument("--port", type=int, default=PROXY_PORT)
+    p.add_argument("--strategy", default="LeastLoad")
+    p.add_argument("--engines", type=int, default=4)
+    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[48, 192])
+    p.add_argument("--duration", type=float, default=40.0)
+    p.add_argument("--warmup", type=float, default=15.0)
+    p.add_argument("--scrape-interval", type=float, default=1.0, help="the proxy's --proxy-engine-metrics-interval (default 1 s)")
+    p.add_argument("--scale", type=float, default=1.0, help="scales the first message's length")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
+    p.add_argument("--strategies", type=lambda x: x.split(","), default=[], help="only these (comma-separated names)")
+    p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.levels, args.duration, args.warmup = [64], 20.0, 8.0
+    return args
+
+
+if __name__ == "__main__":
+    a = parse(sys.argv[1:])
+    if a.role == "engines":
+        asyncio.run(_engines_main(a.engines))
+    elif a.role == "proxy":
+        asyncio.run(_proxy_main(a.port, a.strategy, a.scrape_interval, a.engines))
+    else:
+        asyncio.run(main(a))

@@ -84,7 +84,8 @@ class Operator:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kaiwo_ctrl", "run", f"--kubeconfig={kubeconfig}", f"--workers={workers}",
              f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
-             f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--log-level=warning"],
+             f"--health-probe-bind-address=127.0.0.1:{self.health_port}", "--proxy-gateway-bind-address=127.0.0.1:0",
+             "--log-level=warning"],
             stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=REPO,  # noqa: SIM115
         )
 

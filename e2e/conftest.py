@@ -195,11 +195,14 @@ def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int
     namespace = deployed["deployment"]["metadata"]["namespace"]
     command = list(c["command"])
     command[0] = tool(command[0])
-    proxy = free_port()
+    proxy, proxy_gateway = free_port(), free_port()
     args = [
         _substitute_port(
-            _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics),
-            "--proxy-bind-address", proxy,
+            _substitute_port(
+                _substitute_port(_substitute_port(a, "--health-probe-bind-address", health), "--metrics-bind-address", metrics),
+                "--proxy-bind-address", proxy,
+            ),
+            "--proxy-gateway-bind-address", proxy_gateway,
         )
         for a in c["args"]
     ]

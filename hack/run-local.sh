@@ -128,7 +128,7 @@ with socket.socket() as s:
         print(free_port())')}
 op_args=(run --kubeconfig "$kubeconfig" --log-format console
   --health-probe-bind-address "127.0.0.1:$health" --metrics-bind-address "127.0.0.1:$metrics"
-  --proxy-bind-address "127.0.0.1:$proxy")
+  --proxy-bind-address "127.0.0.1:$proxy" --proxy-gateway-bind-address "127.0.0.1:0")
 if [ "$local_plane" = 1 ]; then
   # the local apiserver calls the admission webhooks of this process at 127.0.0.1; their
   # certificate Secret lives in the operator's namespace

@@ -285,7 +285,8 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "",
         "secrets",
         ("get", "list", "watch", "create", "update"),
-        "webhooks/tls.py: the webhook certificate Secret in the operator's own namespace (every replica watches it, the leader writes it)",
+        "webhooks/tls.py: the webhook certificate Secret in the operator's own namespace (every replica watches it, the leader writes it); "
+        "aim/fence.py: the route-token key Secret there (read, created if missing)",
     ),
 )
 

@@ -160,6 +160,8 @@ def _args(args: list[str]) -> list[str]:
         elif flag == "--proxy-bind-address":
             out += ["{{- if .Values.proxy.enabled }}", "- --proxy-bind-address=:{{ .Values.proxy.port }}",
                     "{{- else }}", "- --proxy-bind-address=0", "{{- end }}"]
+        elif flag == "--proxy-gateway-bind-address":  # the proxy's fenced Gateway listener goes with the proxy
+            out += ["{{- if .Values.proxy.enabled }}", f"- {a}", "{{- end }}"]
         elif flag == "--webhook-bind-address":
             out += ["{{- if .Values.webhooks.enabled }}", "- --webhook-bind-address=:{{ .Values.webhooks.port }}",
                     "{{- if .Values.webhooks.certManager.enabled }}", "- --webhook-cert-source=secret", "{{- end }}",
@@ -178,6 +180,8 @@ def _ports(ports: list[dict[str, Any]], values_ports: dict[str, int]) -> list[st
             values_ports[p["name"]] = p["containerPort"]
         if p["name"] == "proxy":
             text = [s.replace(f"containerPort: {p['containerPort']}", "containerPort: {{ .Values.proxy.port }}") for s in text]
+            out += ["{{- if .Values.proxy.enabled }}", *text, "{{- end }}"]
+        elif p["name"] == "proxy-gateway":
             out += ["{{- if .Values.proxy.enabled }}", *text, "{{- end }}"]
         elif p["name"] == "webhook-server":
             text = [s.replace(f"containerPort: {p['containerPort']}", "containerPort: {{ .Values.webhooks.port }}") for s in text]

@@ -33,6 +33,7 @@ from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
 from kaiwo_ctrl.runtime.resources import NAMESPACES, discover
+from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, route_token
 from kaiwo_ctrl.settings import operator_namespace
 
 from .effective import resolve
@@ -107,6 +108,8 @@ class AIMReconciler:
         self.configs.add_handler(self.expectations.pruner(AIMNAMESPACECONFIGS.kind))
         #: (namespace, route name) held by an HTTPRoute we did not make
         self._taken: set[tuple[str, str]] = set()
+        #: the route-token key (never logged); rotation: delete its Secret and restart the operator and proxies
+        self._key: bytes | None = None
 
     # ------------------------------------------------------------------ mapping
     def gateway_users(self, gateway: Mapping[str, Any]) -> Iterable[Request]:
@@ -137,9 +140,10 @@ class AIMReconciler:
         gateway = gateway_of(effective) if effective is not None else None
         models = [m for m in self.models.list(ns) if not _meta(m).get("deletionTimestamp")]
         desired = {}
-        if gateway is not None and effective is not None:
+        if gateway is not None and effective is not None and models:
+            token = route_token(await self._route_key(), ns)
             for m in models:
-                route = desired_route(m, effective, self.operator_ns)
+                route = desired_route(m, effective, self.operator_ns, token)
                 desired[route["metadata"]["name"]] = route
         taken = await self._sync_routes(ns, desired, effective)
         await self._sync_grant(ns, bool(desired))
@@ -206,6 +210,20 @@ class AIMReconciler:
         held = other is not None and not is_ours(other)
         (self._taken.add if held else self._taken.discard)((ns, name))
         return held
+
+    async def _route_key(self) -> bytes:
+        """The key of the routes' tokens: read once (made if missing) from its Secret in the operator namespace."""
+        if self._key is None:
+            try:
+                self._key = await ensure_route_key(self.client, self.operator_ns)
+            except ApiError as e:
+                if e.not_found:  # see _sync_grant: the Namespace watch enqueues us again
+                    raise TerminalError(
+                        f"operator namespace {self.operator_ns!r} not found: the route key Secret {KEY_SECRET} cannot be "
+                        f"created until it exists (kubectl create namespace {self.operator_ns})"
+                    ) from None
+                raise
+        return self._key
 
     async def _sync_grant(self, ns: str, needed: bool) -> None:
         name = grant_name(ns)

@@ -3,12 +3,18 @@ ReferenceGrant per tenant namespace, and what route status says.
 
 * HTTPRoute ``model-<name>`` in the Model's namespace, controlled by the Model,
   attached to the config's Gateway (namespace defaults to the config's), with
-  one rule: PathPrefix ``/<namespace>/<model>`` -> Service ``kaiwo-proxy`` port
-  80 in the operator's namespace. The proxy serves ``/<namespace>/<model>/v1/...``
-  itself, so no rewrite is needed.
+  one rule: PathPrefix ``/<namespace>/<model>`` -> Service ``kaiwo-proxy``, port
+  ``gateway`` (8001), in the operator's namespace, setting the header
+  ``X-Kaiwo-Route-Token`` to the namespace's route token. That port is the
+  proxy's fenced Gateway listener: it serves ``/<namespace>/<model>/v1/...``
+  only with ``<namespace>``'s token, so this route reaches only its own
+  namespace's Models, whatever other routes a tenant writes (:mod:`.fence`).
+  No path rewriting is needed.
 * A cross-namespace backendRef is only allowed by a ReferenceGrant in the
   target namespace: one per tenant namespace, in the operator's namespace,
-  named ``aim-routes-<namespace>``, labelled with the tenant namespace.
+  named ``aim-routes-<namespace>``, labelled with the tenant namespace. A grant
+  cannot name a port; the token, not the grant, keeps a tenant's own routes
+  from another namespace's Models.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.ownership import owner_reference
 from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ROUTE_API = f"{GATEWAY_GROUP}/v1"
 #: v1beta1 is served by every Gateway API release that has ReferenceGrant
 #: (v1 only since 1.5), so gateways on older clusters understand it too.
 GRANT_API = f"{GATEWAY_GROUP}/v1beta1"
-PROXY_SERVICE, PROXY_PORT = "kaiwo-proxy", 80
+#: The kaiwo-proxy Service port of the proxy's Gateway listener (never its in-cluster port 80).
+PROXY_SERVICE, PROXY_GATEWAY_PORT = "kaiwo-proxy", 8001
 ROUTE_PREFIX = "model-"
 GRANT_PREFIX = "aim-routes-"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -56,7 +64,8 @@ def gateway_of(config: Obj) -> tuple[str, str] | None:
     return ((gw.get("namespace") or "").strip() or _meta(config).get("namespace") or "", name)
 
 
-def desired_route(model: Obj, config: Obj, operator_namespace: str) -> dict[str, Any]:
+def desired_route(model: Obj, config: Obj, operator_namespace: str, token: str) -> dict[str, Any]:
+    """The route of ``model``; ``token`` is its namespace's route token (``fence.route_token``)."""
     meta = _meta(model)
     ns, name = meta.get("namespace") or "", meta.get("name") or ""
     gw_ns, gw_name = gateway_of(config) or ("", "")
@@ -74,9 +83,12 @@ def desired_route(model: Obj, config: Obj, operator_namespace: str) -> dict[str,
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{name}"}}],
+                    # "set" replaces any value a client sent
+                    "filters": [{"type": "RequestHeaderModifier",
+                                 "requestHeaderModifier": {"set": [{"name": TOKEN_HEADER, "value": token}]}}],
                     "backendRefs": [
                         {"group": "", "kind": "Service", "name": PROXY_SERVICE, "namespace": operator_namespace,
-                         "port": PROXY_PORT}
+                         "port": PROXY_GATEWAY_PORT}
                     ],
                 }
             ],

@@ -56,7 +56,11 @@ def _positive_seconds(text: str) -> float:
 def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("--proxy-bind-address", default=env("PROXY_BIND_ADDRESS", ":8000"),
-                   help="address of the OpenAI-compatible proxy (default :8000); '0' disables it")
+                   help="address of the OpenAI-compatible proxy (default :8000); '0' disables it. In-cluster "
+                        "clients only: never expose it through a Gateway (it serves every namespace's Models)")
+    p.add_argument("--proxy-gateway-bind-address", default=env("PROXY_GATEWAY_BIND_ADDRESS", ":8001"),
+                   help="address of the proxy's Gateway listener (default :8001; '0' disables it): serves only "
+                        "/<namespace>/<model>/v1/... with that namespace's route token, as the AIM HTTPRoutes send it")
     p.add_argument("--proxy-request-timeout", type=_seconds, default=_seconds(env("PROXY_REQUEST_TIMEOUT", "30m")),
                    help="default overall deadline of a request, streaming included (default 30m; '0': none); "
                         "a Model's annotation kaiwo.silogen.ai/request-timeout overrides it")
@@ -128,7 +132,8 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     ``model_config`` (a serving ``SystemConfig``) supplies the autoscaler settings the
     flags leave unset.
     """
-    server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args))
+    server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
+                         operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None
     if server is not None:
         scraper = attach_scraper(server.handler.tracker, mgr.metrics.registry, ScrapeConfig(

@@ -16,6 +16,7 @@ from kaiwo_ctrl.runtime.client import Client
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.aim import fence
 from support import eventually
 from test_aim_workloads import config_url, create_config
 from test_workloads_support import MERGE, conditions, create_kaiwo, get
@@ -113,7 +114,12 @@ async def test_routes_grant_and_status_follow_models_and_gateway(aim_operator, a
     (rule,) = route["spec"]["rules"]
     assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": f"/{namespace}/llama"}}]
     assert rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy", "namespace": operator_ns,
-                                    "port": 80, "weight": 1}]
+                                    "port": 8001, "weight": 1}]
+    # the route carries its namespace's token under the key the operator made in its namespace
+    secret = admin.get(f"/api/v1/namespaces/{operator_ns}/secrets/{fence.KEY_SECRET}").json()
+    key = fence.key_of(secret)
+    assert rule["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": fence.TOKEN_HEADER, "value": fence.route_token(key, namespace)}]}}]
     await eventually(lambda: get(admin, route_url(namespace, "model-qwen")), what="HTTPRoute model-qwen")
     grant = await eventually(lambda: get(admin, grant_url(operator_ns, namespace)), what="ReferenceGrant")
     assert grant["spec"] == {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace}],

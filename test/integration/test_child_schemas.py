@@ -104,7 +104,7 @@ def serving_children() -> list[dict]:
     out.append(evict_job(model, config))
     aim_config = {"metadata": {"name": "default", "namespace": "team-a"},
                   "spec": {"gateway": {"name": "inference", "namespace": "gateways"}}}
-    out.append(desired_route(model, aim_config, OPERATOR_NS))
+    out.append(desired_route(model, aim_config, OPERATOR_NS, "0" * 64))
     out.append(desired_grant("team-a", OPERATOR_NS))
     return out
 

@@ -32,10 +32,12 @@ class ProxyProcess:
 
     def __init__(self, kubeconfig: str, log_path) -> None:
         self.proxy_port, self.metrics_port, self.health_port = free_port(), free_port(), free_port()
+        self.proxy_gateway_port = free_port()
         self.log = open(log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kaiwo_ctrl", "proxy", f"--kubeconfig={kubeconfig}",
-             f"--proxy-bind-address=127.0.0.1:{self.proxy_port}", f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+             f"--proxy-bind-address=127.0.0.1:{self.proxy_port}", f"--proxy-gateway-bind-address=127.0.0.1:{self.proxy_gateway_port}",
+             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
              f"--health-probe-bind-address=127.0.0.1:{self.health_port}"],
             stdout=self.log, stderr=subprocess.STDOUT,
         )

@@ -251,24 +251,31 @@ async def test_operator_may_write_only_model_pods(policies, admin, namespace):
     assert _refused(admin.delete(f"{pods}/users", headers=op))
 
 
-def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy", **rule) -> dict:
+def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy",
+           port: int | None = 8001, **rule) -> dict:
+    ref = {"name": backend, "namespace": "kaiwo-system", **({"port": port} if port else {})}
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
             "metadata": {"name": name, **({"ownerReferences": [owner]} if owner else {})},
             "spec": {"parentRefs": [{"name": "gw", "namespace": "gateways"}],
                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
-                                "backendRefs": [{"name": backend, "namespace": "kaiwo-system", "port": 80}], **rule}]}}
+                                "backendRefs": [ref], **rule}]}}
+
+
+def _set_header(name: str, value: str) -> dict:
+    return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": name, "value": value}]}}
 
 
 async def test_operator_routes_reach_only_their_own_namespace(policies, admin, namespace):
     """What aim/routes.py writes passes; a route in this namespace aimed at another
     namespace's Models, rewritten, sent elsewhere or not owned by a Model is refused."""
     from kaiwo_ctrl.aim.routes import desired_route
+    from kaiwo_ctrl.aim.fence import route_token
 
     await _wait_active(admin, namespace)
     routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)
     model = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m", "namespace": namespace, "uid": MODEL_OWNER["uid"]}}
     config = {"metadata": {"name": "aim", "namespace": namespace}, "spec": {"gateway": {"name": "gw", "namespace": "gateways"}}}
-    ours = desired_route(model, config, "kaiwo-system")
+    ours = desired_route(model, config, "kaiwo-system", route_token(bytes(32), namespace))
     r = admin.post(routes, json=ours, headers=op)
     assert r.status_code == 201, r.text
     rewrite = {"filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/other/m"}}}]}
@@ -280,6 +287,12 @@ async def test_operator_routes_reach_only_their_own_namespace(policies, admin, n
         "another backend": _route(namespace, "r5", f"/{namespace}/m", backend="kubernetes"),
         "not owned": _route(namespace, "r6", f"/{namespace}/m", owner=None),
         "owned by a KaiwoJob": _route(namespace, "r7", f"/{namespace}/m", owner=OWNER),
+        "the unfenced in-cluster port": _route(namespace, "r8", f"/{namespace}/m", port=80),
+        "another header set": _route(namespace, "r10", f"/{namespace}/m", filters=[_set_header("X-Label-Selector", "a=b")]),
+        "a token header added, not set": _route(namespace, "r11", f"/{namespace}/m", filters=[
+            {"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "X-Kaiwo-Route-Token", "value": "t"}]}}]),
+        "token set and rewritten": _route(namespace, "r12", f"/{namespace}/m", filters=[
+            _set_header("X-Kaiwo-Route-Token", "t"), rewrite["filters"][0]]),
     }
     for label, route in hostile.items():
         assert _refused(admin.post(routes, json=route, headers=op), "kaiwo-ctrl may only"), label

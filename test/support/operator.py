@@ -24,6 +24,10 @@ class OperatorProcess:
         self.proxy_port = free_port()
         if not any(a.startswith("--proxy-bind-address") for a in args):
             args = (f"--proxy-bind-address=127.0.0.1:{self.proxy_port}", *args)
+        # and its own loopback Gateway listener port (the default :8001 would clash too)
+        self.proxy_gateway_port = free_port()
+        if not any(a.startswith("--proxy-gateway-bind-address") for a in args):
+            args = (f"--proxy-gateway-bind-address=127.0.0.1:{self.proxy_gateway_port}", *args)
         self.log_path = log_path
         self.log = open(log_path, "ab")  # noqa: SIM115
         env = dict(os.environ)

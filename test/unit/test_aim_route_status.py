@@ -35,15 +35,18 @@ def test_gateway_of_defaults_namespace_and_blank_is_off():
 
 
 def test_desired_route_shape():
-    route = r.desired_route(MODEL, config(gateway={"name": "kgw"}), "kaiwo-system")
+    route = r.desired_route(MODEL, config(gateway={"name": "kgw"}), "kaiwo-system", "tok")
     assert route["metadata"]["name"] == "model-llama" and route["metadata"]["namespace"] == "team"
     assert route["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert route["metadata"]["labels"][r.LABEL_MANAGED] == "kaiwo-ctrl"
     assert route["spec"]["parentRefs"][0]["namespace"] == "team"
     rule = route["spec"]["rules"][0]
     assert rule["matches"][0]["path"] == {"type": "PathPrefix", "value": "/team/llama"}
+    # the proxy's fenced Gateway port, with the namespace's token set (replacing any a client sent)
     assert rule["backendRefs"][0] == {"group": "", "kind": "Service", "name": "kaiwo-proxy",
-                                      "namespace": "kaiwo-system", "port": 80}
+                                      "namespace": "kaiwo-system", "port": 8001}
+    assert rule["filters"] == [{"type": "RequestHeaderModifier",
+                                "requestHeaderModifier": {"set": [{"name": "X-Kaiwo-Route-Token", "value": "tok"}]}}]
 
 
 def test_desired_grant_shape():

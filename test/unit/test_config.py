@@ -131,7 +131,7 @@ def test_manager_deployment(default):
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000, "webhook-server": 9443}
+    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000, "proxy-gateway": 8001, "webhook-server": 9443}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
@@ -140,6 +140,11 @@ def test_manager_deployment(default):
     assert args.health_probe_bind_address.endswith(":8081")
     assert args.metrics_bind_address.endswith(":8080")
     assert args.webhook_bind_address == ":9443" and not args.webhook_url_host  # served behind the webhook Service
+    # the Gateway's fenced listener is on, where the Service's gateway port sends it
+    assert args.proxy_bind_address == ":8000" and args.proxy_gateway_bind_address == ":8001"
+    service = one(default, "Service", "kaiwo-proxy")
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "http": (80, "proxy"), "gateway": (8001, "proxy-gateway")}
 
     env = {e["name"]: e for e in c["env"]}
     assert env["DEFAULT_CLUSTER_QUEUE_NAME"]["value"] == "kaiwo"

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from kaiwo_ctrl.runtime.http1 import Pool
 from kaiwo_ctrl.runtime.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -39,7 +40,8 @@ HOP_BY_HOP = frozenset(
         "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
     )
 )
-_INBOUND_DROP = HOP_BY_HOP | {b"forwarded", b"expect"}
+#: the Gateway route token is for the proxy only: a model server never sees it
+_INBOUND_DROP = HOP_BY_HOP | {b"forwarded", b"expect", TOKEN_HEADER_KEY}
 PROXY_HEADER = (b"X-Proxy", b"kaiwo-ctrl")
 
 RawHeaders = Iterable[tuple[bytes, bytes]]

@@ -118,8 +118,8 @@ class ProxyHandler:
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
         data = self.resolver.list_models(features, selectors)
-        if model is not None:
-            data = [d for d in data if d["id"].split("/")[-1].partition("_")[0] == model]
+        if model is not None:  # this Model's entries only: a twin in another namespace is not listed
+            data = [d for d in data if _listed_as(d["id"], namespace, model)]
         return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
 
     # -------------------------------------------------------------- proxy
@@ -264,6 +264,13 @@ class ProxyHandler:
 def _selectors(request: Request) -> list[Any]:
     values = request.header_values(b"x-label-selector")
     return selectors_of(v.decode("latin-1") for v in values) if values else []
+
+
+def _listed_as(entry_id: str, namespace: str | None, model: str) -> bool:
+    """A ``/v1/models`` id (``[<namespace>/]<name>[_<adapter>]``) of ``namespace/model``; an id
+    without a namespace is a name only one namespace has (the one the path resolved to)."""
+    ns, _, rest = entry_id.rpartition("/")
+    return rest.partition("_")[0] == model and (not ns or ns == namespace)
 
 
 def _params(ctype: str) -> list[tuple[str, str]]:

@@ -11,7 +11,10 @@
 * ``kaiwo_proxy_upstream_retries_total{reason}``;
 * ``kaiwo_proxy_prefixhash_choices_total{outcome}`` (``home``: the key's first
   endpoint; ``spill``: a later one under the load bound; ``fallback``: none was
-  under the bound) and ``kaiwo_proxy_prefixhash_ring_points_examined_total``.
+  under the bound) and ``kaiwo_proxy_prefixhash_ring_points_examined_total``;
+* ``kaiwo_proxy_gateway_refused_total`` - requests the Gateway listener refused
+  (no or a wrong route token, or a path outside ``/<namespace>/<model>/v1/``);
+  no labels: the namespace of a refused request is the client's word.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class ProxyMetrics:
         self.prefix_choices = Counter("kaiwo_proxy_prefixhash_choices", "PrefixHash choices by outcome", ("outcome",), registry=r)
         self.prefix_examined = Counter(
             "kaiwo_proxy_prefixhash_ring_points_examined", "Ring points examined by PrefixHash choices", registry=r
+        )
+        self.gateway_refused = Counter(
+            "kaiwo_proxy_gateway_refused", "Requests the Gateway listener refused (route token or path)", registry=r
         )
         for outcome in ("home", "spill", "fallback"):
             self.prefix_choices.labels(outcome)

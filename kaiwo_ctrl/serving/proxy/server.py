@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from kaiwo_ctrl.kinds import MODELS
+from kaiwo_ctrl.runtime.client import ApiError
+from kaiwo_ctrl.runtime.informerapi import Backoff
 from kaiwo_ctrl.runtime.http1server import Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, internal_error
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
+from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.resolve import Resolver
@@ -40,13 +44,28 @@ def parse_bind(addr: str | None) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
+def _serve(handler: ProxyHandler, request: Request, namespace: str | None, model: str | None, rest: str) -> Awaitable[Response | Streamed] | Response:
+    if rest == "models":
+        if request.method != "GET":
+            return Response(405, [_TEXT, (b"Allow", b"GET")], b"405: Method Not Allowed")
+        return handler.models(request, namespace, model)
+    if rest in ROUTES:
+        if request.method != "POST":
+            return Response(405, [_TEXT, (b"Allow", b"POST")], b"405: Method Not Allowed")
+        return handler.proxy(request, rest, namespace, model)
+    return Response(404, [_TEXT], b"404: Not Found")
+
+
+def _path(request: Request) -> str:
+    path = request.path
+    return unquote(path) if "%" in path else path
+
+
 def route(handler: ProxyHandler):
     """The routes: ``/openai/v1/<route>`` and ``/<namespace>/<model>/v1/<route>`` (POST), ``.../models`` (GET)."""
 
     async def dispatch(request: Request) -> Response | Streamed:
-        path = request.path
-        if "%" in path:
-            path = unquote(path)
+        path = _path(request)
         if path.startswith(OPENAI_PREFIX):
             namespace = model = None
             rest = path[len(OPENAI_PREFIX):]
@@ -55,55 +74,105 @@ def route(handler: ProxyHandler):
             if len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]:
                 return Response(404, [_TEXT], b"404: Not Found")
             namespace, model, rest = parts[1], parts[2], parts[4]
-        if rest == "models":
-            if request.method != "GET":
-                return Response(405, [_TEXT, (b"Allow", b"GET")], b"405: Method Not Allowed")
-            return await handler.models(request, namespace, model)
-        if rest in ROUTES:
-            if request.method != "POST":
-                return Response(405, [_TEXT, (b"Allow", b"POST")], b"405: Method Not Allowed")
-            return await handler.proxy(request, rest, namespace, model)
-        return Response(404, [_TEXT], b"404: Not Found")
+        out = _serve(handler, request, namespace, model, rest)
+        return out if isinstance(out, Response) else await out
+
+    return dispatch
+
+
+def gateway_route(handler: ProxyHandler, key: bytes):
+    """The Gateway listener's routes: only ``/<namespace>/<model>/v1/<route>`` with the namespace's
+    route token (see :mod:`kaiwo_ctrl.aim.fence`); anything else, ``/openai/v1`` included, is one and the same 404,
+    given before the Model is looked up, so it tells nothing of what exists."""
+    refused = handler.metrics.gateway_refused
+
+    async def dispatch(request: Request) -> Response | Streamed:
+        parts = _path(request).split("/", 4)
+        if (len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]
+                or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY))):
+            refused.inc()
+            return error_response(404, "not found")
+        out = _serve(handler, request, parts[1], parts[2], parts[4])
+        return out if isinstance(out, Response) else await out
 
     return dispatch
 
 
 class ProxyServer:
-    def __init__(self, handler: ProxyHandler, bind: tuple[str, int], drain_timeout: float = 10.0) -> None:
+    """The in-cluster listener on ``bind`` and, with ``gateway_bind``, the fenced Gateway
+    listener; ``route_key`` gives the key of the route tokens (read before that listener opens)."""
+
+    def __init__(self, handler: ProxyHandler, bind: tuple[str, int], drain_timeout: float = 10.0, *,
+                 gateway_bind: tuple[str, int] | None = None, route_key: Callable[[], Awaitable[bytes]] | None = None) -> None:
         self.handler, self.bind, self.drain_timeout = handler, bind, drain_timeout
+        self.gateway_bind, self.route_key = gateway_bind, route_key
         self.port: int | None = None
+        self.gateway_port: int | None = None
         self.started = asyncio.Event()
+        self.gateway_started = asyncio.Event()
+
+    def _server(self, dispatch: Callable[[Request], Awaitable[Response | Streamed]]) -> Server:
+        lim = self.handler.limits
+        return Server(dispatch, max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
+                      head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
+                      budget_wait=lim.body_memory_wait, error_response=internal_error)
 
     async def run(self) -> None:
         await self.handler.start()
         # a client that disconnects cancels its request's task, which cancels the upstream
         # request and frees the endpoint slot; on shutdown, requests in flight get
         # drain_timeout to finish, then are cut
-        lim = self.handler.limits
-        server = Server(route(self.handler), max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
-                        head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory, budget_wait=lim.body_memory_wait,
-                        error_response=internal_error)
+        servers: list[Server] = []
         try:
+            server = self._server(route(self.handler))
+            servers.append(server)
             self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})
             self.started.set()
+            if self.gateway_bind is not None:
+                gateway = self._server(gateway_route(self.handler, await self._key()))
+                servers.append(gateway)
+                self.gateway_port = await gateway.start(self.gateway_bind[0], self.gateway_bind[1], backlog=4096)
+                log.info("proxy serving Gateway traffic", extra={"address": f"{self.gateway_bind[0]}:{self.gateway_port}"})
+                self.gateway_started.set()
             await asyncio.Event().wait()
         finally:
-            await server.close(self.drain_timeout)
+            for srv in servers:
+                await srv.close(self.drain_timeout)
             await self.handler.close()
+
+    async def _key(self) -> bytes:
+        """The route key; until it can be read (or made), the Gateway listener stays closed (fail closed)."""
+        if self.route_key is None:
+            raise ValueError("the Gateway listener needs the route key")
+        backoff = Backoff(initial=1.0, cap=60.0)
+        while True:
+            try:
+                return await self.route_key()
+            except (ApiError, RouteKeyError, OSError) as e:
+                delay = backoff.next()
+                log.error("route key unavailable; the Gateway listener stays closed",
+                          extra={"error": str(e)[:300], "retry_in": round(delay, 1)})
+                await asyncio.sleep(delay)
 
 
 def setup_proxy(
     mgr: Manager, bind: str, *, default_timeout: float | None = None, scale_from_zero: bool = True, limits: ProxyLimits | None = None,
+    gateway_bind: str | None = None, operator_ns: str | None = None,
 ) -> ProxyServer | None:
-    """The proxy on ``bind``; ``limits`` (default: :class:`ProxyLimits` with ``default_timeout``) bound its requests."""
+    """The proxy on ``bind`` (and the Gateway listener on ``gateway_bind``, its route key read from or
+    made in ``operator_ns``); ``limits`` (default: :class:`ProxyLimits` with ``default_timeout``) bound its requests."""
     addr = parse_bind(bind)
     if addr is None:
         return None
+    gw_addr = parse_bind(gateway_bind)
+    if gw_addr is not None and not operator_ns:
+        raise ValueError("the proxy's Gateway listener needs the operator's namespace (for its route key)")
     tracker = EndpointTracker()
     model_pod_informer(mgr.cache).add_handler(tracker)
     resolver = Resolver(mgr.cache.informer(MODELS))
     metrics = ProxyMetrics(mgr.metrics.registry)
     scaler = ScaleFromZero(mgr.client) if scale_from_zero else None
-    server = ProxyServer(ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits), addr)
-    return server
+    handler = ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits)
+    return ProxyServer(handler, addr, gateway_bind=gw_addr,
+                       route_key=lambda: ensure_route_key(mgr.client, operator_ns or ""))

@@ -1,0 +1,173 @@
+"""The proxy's Gateway listener on a real apiserver: the route the operator makes
+for namespace A reaches A's Model; whatever a tenant B's own HTTPRoute could send
+(A's paths, the body-named /openai/v1 route, B's token with A's namespace, A's
+model named in the body) never does, and tells nothing of what A has."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import aiohttp
+
+import orjson
+import pytest
+
+from kaiwo_ctrl.aim.routes import desired_route
+from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.serving.command import run_with_manager
+from kaiwo_ctrl.aim import fence
+from kaiwo_ctrl.serving.proxy.server import setup_proxy
+from support import eventually
+from proxy_support import Proxy, backends, create_model, server_pod  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.integration
+
+#: Model names of their own: other tests resolve unqualified names across every namespace
+M, BM, TWIN = "fence-m", "fence-bm", "fence-twin"
+NOT_FOUND = {"error": {"message": "not found", "type": "not_found_error", "code": 404}}
+
+
+def _namespace(admin, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
+    return name
+
+
+@pytest.fixture
+async def fenced(control_plane, admin):
+    """The proxy with its Gateway listener; its route key made in a fresh operator namespace."""
+    op_ns = _namespace(admin, "op")
+    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
+    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    await asyncio.wait_for(server.gateway_started.wait(), 60)
+    p = Proxy(mgr, server, f"http://127.0.0.1:{server.gateway_port}")
+    p.op_ns = op_ns  # type: ignore[attr-defined]
+    p.inner = f"http://127.0.0.1:{server.port}"  # type: ignore[attr-defined]
+    yield p
+    await p.http.close()
+    stop.set()
+    await asyncio.wait_for(task, 60)
+
+
+def _key(admin, op_ns: str) -> bytes:
+    r = admin.get(f"/api/v1/namespaces/{op_ns}/secrets/{fence.KEY_SECRET}")
+    assert r.status_code == 200, r.text
+    return fence.key_of(r.json())
+
+
+def _route_headers(key: bytes, ns: str, model: str) -> dict[str, str]:
+    """The headers the operator's HTTPRoute for ``ns/model`` makes a Gateway set."""
+    m = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": model, "namespace": ns, "uid": "u"}}
+    config = {"metadata": {"name": "aim", "namespace": ns}, "spec": {"gateway": {"name": "gw"}}}
+    route = desired_route(m, config, "kaiwo-system", fence.route_token(key, ns))
+    (rule,) = route["spec"]["rules"]
+    assert rule["matches"][0]["path"]["value"] == f"/{ns}/{model}"
+    return {h["name"]: h["value"] for f in rule["filters"] for h in f["requestHeaderModifier"]["set"]}
+
+
+async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admin, backends):
+    a, b = _namespace(admin, "ta"), _namespace(admin, "tb")
+    for ns, name in ((a, M), (b, BM), (b, TWIN), (a, TWIN)):
+        create_model(admin, ns, name, autoscalingDisabled=True)
+    back = {(ns, name): await backends(f"{ns}-{name}") for ns, name in ((a, M), (b, BM), (a, TWIN), (b, TWIN))}
+    for (ns, name), srv in back.items():
+        server_pod(admin, ns, name, srv)
+        await fenced.wait_endpoints(ns, name, 1)
+
+    # the key was made once by the proxy; a second reader gets the same one
+    key = _key(admin, fenced.op_ns)
+    assert await fence.ensure_route_key(fenced.mgr.client, fenced.op_ns) == key
+    a_route, b_route = _route_headers(key, a, M), _route_headers(key, b, BM)
+
+    # the operator-made route for A reaches A's Model; the token goes no further than the proxy
+    code, _, raw = await fenced.post(f"/{a}/{M}/v1/chat/completions", {"model": M, "messages": []}, headers=dict(a_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-{M}", raw
+    assert fence.TOKEN_HEADER.lower() not in {h.lower() for h in back[(a, M)].requests[-1]["headers"]}
+    # and B's reaches B's
+    code, _, raw = await fenced.post(f"/{b}/{BM}/v1/completions", {"model": BM, "prompt": "x"}, headers=dict(b_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-{BM}", raw
+
+    served_a = len(back[(a, M)].requests)
+    hostile = {
+        # B's own route, rewritten to A's path: without a token, or with B's
+        "A's path, no token": (f"/{a}/{M}/v1/chat/completions", {"model": M}, {}),
+        "A's path, B's token": (f"/{a}/{M}/v1/chat/completions", {"model": M}, b_route),
+        "A's path, B's token, A's model qualified": (f"/{a}/{M}/v1/chat/completions", {"model": f"{a}/{M}"}, b_route),
+        # rewritten to the body-named route, with A's model in the body
+        "/openai/v1, A's model in the body, B's token": ("/openai/v1/chat/completions", {"model": f"{a}/{M}"}, b_route),
+        "/openai/v1, A's model in the body, A's token": ("/openai/v1/chat/completions", {"model": f"{a}/{M}"}, a_route),
+        "/openai/v1, A's model unqualified": ("/openai/v1/completions", {"model": M}, b_route),
+        "token of a namespace named like the path": (f"/{a}/{M}/v1/completions", {"model": M},
+                                                     {fence.TOKEN_HEADER: fence.route_token(key, b)}),
+        "A's token as two values": (f"/{a}/{M}/v1/completions", {"model": M},
+                                    {fence.TOKEN_HEADER: fence.route_token(key, a) + ", " + fence.route_token(key, a)}),
+    }
+    for label, (path, body, headers) in hostile.items():
+        code, _, raw = await fenced.post(path, {**body, "messages": [], "prompt": "x"}, headers=dict(headers))
+        assert code == 404 and orjson.loads(raw) == NOT_FOUND, (label, code, raw)
+
+    assert fenced.metric("kaiwo_proxy_gateway_refused_total") == len(hostile)
+    # no hint whether A has the Model: a Model that exists and one that does not get the same answer
+    answers = set()
+    for model in (M, "no-such-model"):
+        code, _, raw = await fenced.post(f"/{a}/{model}/v1/completions", {"model": model, "prompt": "x"}, headers=dict(b_route))
+        answers.add((code, raw))
+    assert answers == {(404, orjson.dumps(NOT_FOUND))}
+
+    # B's own path with A's model named in the body: still B's Model, or nothing
+    code, _, raw = await fenced.post(f"/{b}/{BM}/v1/completions", {"model": f"{a}/{M}", "prompt": "x"}, headers=dict(b_route))
+    assert code == 200 and orjson.loads(raw)["server"] == f"{b}-{BM}", raw
+    code, _, raw = await fenced.post(f"/{b}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=dict(b_route))
+    assert code == 404, raw  # B has no Model m; A's is not found through B's namespace
+    assert len(back[(a, M)].requests) == served_a, "no refused request reached A's Model"
+
+    # listing: B's token shows nothing of A; A's shows only A's twin, not B's
+    async with fenced.http.get(f"{fenced.url}/{a}/{TWIN}/v1/models", headers=b_route) as r:
+        assert r.status == 404 and orjson.loads(await r.read()) == NOT_FOUND
+    async with fenced.http.get(f"{fenced.url}/openai/v1/models", headers=a_route) as r:
+        assert r.status == 404
+    twin_a = _route_headers(key, a, TWIN)
+    async with fenced.http.get(f"{fenced.url}/{a}/{TWIN}/v1/models", headers=twin_a) as r:
+        assert r.status == 200
+        assert [d["id"] for d in orjson.loads(await r.read())["data"]] == [f"{a}/{TWIN}"]
+    code, _, raw = await fenced.post(f"/{a}/{TWIN}/v1/completions", {"model": TWIN, "prompt": "x"}, headers=twin_a)
+    assert code == 200 and orjson.loads(raw)["server"] == f"{a}-{TWIN}", raw
+
+    # the in-cluster listener keeps today's routes for direct clients
+    async with fenced.http.post(f"{fenced.inner}/openai/v1/completions", data=orjson.dumps({"model": f"{a}/{M}", "prompt": "x"}),
+                                headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 200 and orjson.loads(await r.read())["server"] == f"{a}-{M}"
+
+
+async def test_a_bad_key_secret_keeps_the_gateway_listener_closed(control_plane, admin, caplog):
+    """A key Secret too short to be a key: the in-cluster listener serves, the Gateway one stays shut."""
+    op_ns = _namespace(admin, "op")
+    r = admin.post(f"/api/v1/namespaces/{op_ns}/secrets",
+                   json={"metadata": {"name": fence.KEY_SECRET}, "data": {fence.KEY_FIELD: "c2hvcnQ="}})
+    assert r.status_code == 201, r.text
+    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
+    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns)
+    assert server is not None
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    try:
+        await asyncio.wait_for(server.started.wait(), 60)
+        caplog.set_level(logging.ERROR, logger="kaiwo_ctrl.serving.proxy")
+        await eventually(lambda: sum("route key unavailable" in r.getMessage() for r in caplog.records) >= 2,
+                         what="the key read tried, refused and tried again")
+        assert server.gateway_port is None and not server.gateway_started.is_set() and not task.done()
+        assert not any("c2hvcnQ" in r.getMessage() or "c2hvcnQ" in str(r.__dict__) for r in caplog.records)
+        async with aiohttp.ClientSession() as http:  # the in-cluster listener serves meanwhile
+            async with http.get(f"http://127.0.0.1:{server.port}/openai/v1/models") as r:
+                assert r.status == 200
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOCONFIGS, KAIWOQUEUECONFIGS  # noqa: E402
 from kaiwo_ctrl.runtime import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
-from kaiwo_ctrl.quantity import parse_quantity  # noqa: E402
+from kaiwo_ctrl.runtime.quantity import parse_quantity  # noqa: E402
 from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
 from kaiwo_ctrl.runtime.resources import NODES  # noqa: E402
 

@@ -22,7 +22,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
 
 from .constants import CLUSTER_QUEUE, CLUSTER_QUEUE_SPEC_DEFAULTS, LOCAL_QUEUE, RESOURCE_FLAVOR, TOPOLOGY, WORKLOAD_PRIORITY_CLASS
 from .kueue import translate_cluster_queue_spec

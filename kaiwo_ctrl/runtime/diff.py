@@ -32,28 +32,18 @@ without the paths. Both follow one set of rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .packed import Packed, unpack
+from .quantity import parse_quantity
 
-__all__ = ["contains", "differences", "set_quantity_parser"]
+__all__ = ["contains", "differences"]
 
 _RESOURCE_LISTS = frozenset({"limits", "requests", "capacity", "allocatable", "hard", "overhead"})
 _QUANTITY_KEYS = frozenset(
     {"cpu", "memory", "storage", "ephemeral-storage", "sizeLimit", "nominalQuota", "borrowingLimit", "lendingLimit"}
 )
-
-_parse: Callable[[Any], Any] | None = None
-
-
-def set_quantity_parser(fn: Callable[[Any], Any]) -> None:
-    """Install the quantity parser (``fn`` raises ``ValueError`` for a non-quantity).
-    The runtime knows no units itself: ``kaiwo_ctrl/__init__.py`` installs
-    :func:`kaiwo_ctrl.quantity.parse_quantity` before any runtime module loads."""
-    global _parse
-    _parse = fn
-
 
 def _is_quantity_key(parent: str, key: str) -> bool:
     return parent in _RESOURCE_LISTS or key in _QUANTITY_KEYS
@@ -64,9 +54,9 @@ def _scalar_equal(a: Any, d: Any, quantity: bool) -> bool:
         return type(a) is type(d) and a == d
     if a == d:
         return True
-    if quantity and _parse is not None and isinstance(a, (str, int, float)) and isinstance(d, (str, int, float)):
+    if quantity and isinstance(a, (str, int, float)) and isinstance(d, (str, int, float)):
         try:
-            return bool(_parse(a) == _parse(d))
+            return bool(parse_quantity(a) == parse_quantity(d))
         except ValueError:
             return False
     return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.diff import differences
 from kaiwo_ctrl.runtime.objpath import get_path
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from kaiwo_ctrl.quantity import parse_quantity
+from kaiwo_ctrl.runtime.quantity import parse_quantity
 from kaiwo_ctrl.runtime.handler import Request
 from kaiwo_ctrl.local.controlplane import ControlPlane
 from support import eventually, wait_until

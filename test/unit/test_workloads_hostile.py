@@ -4,7 +4,7 @@ stay valid and distinct at any length."""
 
 import pytest
 
-from kaiwo_ctrl.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.fielderrors import FieldError
 from kaiwo_ctrl.runtime.names import is_dns1123_label
 from kaiwo_ctrl.workloads.desired import desired_children, main_workload

@@ -2,7 +2,8 @@
 
 Quantities are parsed into exact ``Decimal`` values so that sums of node
 capacities and comparisons never drift through floating point. Used by the
-GPU maths, the node-pool discovery and the container resource defaults.
+GPU maths, the node-pool discovery, the container resource defaults and the
+runtime's object diff (which compares quantities by value).
 """
 
 from __future__ import annotations

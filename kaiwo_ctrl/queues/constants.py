@@ -27,6 +27,9 @@ LOCAL_QUEUE = "LocalQueue"
 WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 TOPOLOGY = "Topology"
 
+#: A ClusterQueue flavor's quota fields, each a resource quantity.
+QUOTA_FIELDS = ("nominalQuota", "borrowingLimit", "lendingLimit")
+
 #: The top-level ClusterQueue spec fields Kueue's CRD defaults (nested defaults aside).
 CLUSTER_QUEUE_SPEC_DEFAULTS = {"queueingStrategy": "BestEffortFIFO", "stopPolicy": "None"}
 

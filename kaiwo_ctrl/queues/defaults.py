@@ -15,6 +15,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.apply import contains
 from kaiwo_ctrl.runtime.defaulting import apply_defaults
+from kaiwo_ctrl.runtime.diff import QUANTITY_KEYS
 
 from .constants import (
     CLUSTER_QUEUE_SPEC_DEFAULTS,
@@ -22,6 +23,7 @@ from .constants import (
     DEFAULT_COHORT_NAME,
     DEFAULT_TOPOLOGY_NAME,
     HOSTNAME_LABEL,
+    QUOTA_FIELDS,
     QUEUE_CONFIG_API_VERSION,
     QUEUE_CONFIG_KIND,
     QUEUE_CONFIG_NAME,
@@ -263,6 +265,11 @@ def _without_entry_defaults(spec: Any) -> Any:
 
 def queue_config_spec_equivalent(current: Any, wanted: Any) -> bool:
     """Whether writing ``wanted`` over the stored ``current`` spec would change nothing:
-    equal up to quantity spelling, empty lists/maps and the CRD's own defaults."""
+    equal up to quantity spelling (Kueue's quota fields included), empty lists/maps
+    and the CRD's own defaults."""
     a, b = _without_entry_defaults(current or {}), _without_entry_defaults(wanted or {})
-    return contains(a, b) and contains(b, a)
+    return contains(a, b, quantity_keys=_QUANTITY_KEYS) and contains(b, a, quantity_keys=_QUANTITY_KEYS)
+
+
+#: Quantity-valued keys of a queue config: the core kinds' and Kueue's quotas.
+_QUANTITY_KEYS = QUANTITY_KEYS | frozenset(QUOTA_FIELDS)

@@ -24,7 +24,15 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
 
-from .constants import CLUSTER_QUEUE, CLUSTER_QUEUE_SPEC_DEFAULTS, LOCAL_QUEUE, RESOURCE_FLAVOR, TOPOLOGY, WORKLOAD_PRIORITY_CLASS
+from .constants import (
+    CLUSTER_QUEUE,
+    CLUSTER_QUEUE_SPEC_DEFAULTS,
+    LOCAL_QUEUE,
+    QUOTA_FIELDS,
+    RESOURCE_FLAVOR,
+    TOPOLOGY,
+    WORKLOAD_PRIORITY_CLASS,
+)
 from .kueue import translate_cluster_queue_spec
 from .translate import drop_nulls
 
@@ -60,7 +68,7 @@ def normalize_cluster_queue_spec(spec: Mapping[str, Any] | None) -> dict[str, An
     for group in out.get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             for res in flavor.get("resources") or []:
-                for qkey in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+                for qkey in QUOTA_FIELDS:
                     if qkey in res:
                         res[qkey] = _quantity(res[qkey])
     if out.get("cohortName") == "":

@@ -30,6 +30,7 @@ from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
 from .constants import (
     CLUSTER_QUEUE,
     HOSTNAME_LABEL,
+    QUOTA_FIELDS,
     RESOURCE_FLAVOR,
     TOPOLOGY,
     WORKLOAD_PRIORITY_CLASS,
@@ -300,7 +301,7 @@ def _check_flavor_quotas(fpath: str, flavor: Mapping[str, Any], covered: list[st
             continue  # dropped during conversion (not covered)
         if res.get("nominalQuota") is None:
             bad(f"{rpath}.nominalQuota", "is required")
-        for key in ("nominalQuota", "borrowingLimit", "lendingLimit"):
+        for key in QUOTA_FIELDS:
             quantity_problem = _check_quantity(res.get(key))
             if quantity_problem:
                 bad(f"{rpath}.{key}", quantity_problem)

@@ -10,24 +10,25 @@ without the paths. Both follow one set of rules:
 * A value a cache keeps packed (:mod:`.packed`) is compared as the value it
   holds.
 * Lists of named mappings (every item has ``name``: containers, env,
-  volumes, ports, Kueue flavors) are matched by name, and the names must be
+  volumes, ports) are matched by name, and the names must be
   the same on both sides in the same order (the list is ours whole: an item
   removed from the spec, or a reordering, is a difference). When a name
   repeats, the last item of that name counts (as the API server's merge
   does), so duplicate env names never make a permanent difference. Paths
   name the item: ``containers[main].image``.
 * Other lists of mappings (tolerations, ...): every desired item must be
-  contained in some existing item; others may add their own (Kueue adds
-  its flavor's tolerations). Paths give the desired index.
+  contained in some existing item; others may add their own (an admission
+  controller may add tolerations). Paths give the desired index.
 * Lists of scalars (command, args): same length, item by item.
 * Scalars: equal, with booleans never equal to numbers. Strings and numbers
   are compared as quantities (``"1000m" == "1"``, ``"1Gi" == "1024Mi"``)
   only where the schema says quantity: values of a resource list (under
   ``limits``, ``requests``, ``capacity``, ``allocatable``, ``hard``,
-  ``overhead``), the resource-name keys ``cpu``, ``memory``, ``storage``,
-  ``ephemeral-storage``, ``sizeLimit`` and Kueue's quota fields
-  (``nominalQuota``, ``borrowingLimit``, ``lendingLimit``). Anywhere else ``"1000"`` and
-  ``"1k"`` differ (an env value edited from one to the other is applied).
+  ``overhead``) and the keys of ``quantity_keys`` (by default the core
+  kinds' ``cpu``, ``memory``, ``storage``, ``ephemeral-storage`` and
+  ``sizeLimit``; a caller comparing another API's objects passes its own
+  set). Anywhere else ``"1000"`` and ``"1k"`` differ (an env value edited
+  from one to the other is applied).
 """
 
 from __future__ import annotations
@@ -38,15 +39,14 @@ from typing import Any
 from .packed import Packed, unpack
 from .quantity import parse_quantity
 
-__all__ = ["contains", "differences"]
+__all__ = ["QUANTITY_KEYS", "contains", "differences"]
 
 _RESOURCE_LISTS = frozenset({"limits", "requests", "capacity", "allocatable", "hard", "overhead"})
-_QUANTITY_KEYS = frozenset(
-    {"cpu", "memory", "storage", "ephemeral-storage", "sizeLimit", "nominalQuota", "borrowingLimit", "lendingLimit"}
-)
+#: Keys whose values are quantities wherever they appear in the core kinds.
+QUANTITY_KEYS = frozenset({"cpu", "memory", "storage", "ephemeral-storage", "sizeLimit"})
 
-def _is_quantity_key(parent: str, key: str) -> bool:
-    return parent in _RESOURCE_LISTS or key in _QUANTITY_KEYS
+def _is_quantity_key(parent: str, key: str, qkeys: frozenset[str]) -> bool:
+    return parent in _RESOURCE_LISTS or key in qkeys
 
 
 def _scalar_equal(a: Any, d: Any, quantity: bool) -> bool:
@@ -70,7 +70,7 @@ def _named(items: list) -> bool:
     return bool(items) and all(isinstance(i, Mapping) and "name" in i for i in items)
 
 
-def _walk(a: Any, d: Any, path: str, key: str, parent: str, out: list[str] | None) -> bool:
+def _walk(a: Any, d: Any, path: str, key: str, parent: str, out: list[str] | None, qkeys: frozenset[str]) -> bool:
     """True when ``a`` contains ``d``; appends differing paths to ``out`` (when
     given) and stops at the first difference otherwise."""
     if type(a) is Packed:  # kept packed by a cache: compare the value it holds
@@ -95,21 +95,21 @@ def _walk(a: Any, d: Any, path: str, key: str, parent: str, out: list[str] | Non
                 out.append(p)
                 ok = False
                 continue
-            if not _walk(a[k], v, p, str(k), key, out):
+            if not _walk(a[k], v, p, str(k), key, out, qkeys):
                 ok = False
                 if out is None:
                     return False
         return ok
     if isinstance(d, list):
-        return _walk_list(a, d, path, key, out)
-    if _scalar_equal(a, d, _is_quantity_key(parent, key)):
+        return _walk_list(a, d, path, key, out, qkeys)
+    if _scalar_equal(a, d, _is_quantity_key(parent, key, qkeys)):
         return True
     if out is not None:
         out.append(path)
     return False
 
 
-def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None) -> bool:
+def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None, qkeys: frozenset[str]) -> bool:
     if not isinstance(a, list):
         if not d and a is None:
             return True
@@ -128,7 +128,7 @@ def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None) -> b
                     return False
                 out.append(p)
                 ok = False
-            elif not _walk(other, item, p, key, key, out):
+            elif not _walk(other, item, p, key, key, out, qkeys):
                 ok = False
                 if out is None:
                     return False
@@ -146,7 +146,7 @@ def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None) -> b
     if d and all(isinstance(i, Mapping) for i in d):
         ok = True
         for i, item in enumerate(d):
-            if not any(_walk(other, item, "", key, key, None) for other in a):
+            if not any(_walk(other, item, "", key, key, None, qkeys) for other in a):
                 if out is None:
                     return False
                 out.append(f"{path}[{i}]")
@@ -158,7 +158,7 @@ def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None) -> b
         return False
     for x, y in zip(a, d):
         if isinstance(y, (Mapping, list)):
-            if not _walk(x, y, path, key, key, None):
+            if not _walk(x, y, path, key, key, None, qkeys):
                 break
         elif not _scalar_equal(x, y, False):
             break
@@ -169,15 +169,17 @@ def _walk_list(a: Any, d: list, path: str, key: str, out: list[str] | None) -> b
     return False
 
 
-def contains(existing: Any, desired: Any) -> bool:
+def contains(existing: Any, desired: Any, *, quantity_keys: frozenset[str] = QUANTITY_KEYS) -> bool:
     """True when ``existing`` already holds every value ``desired`` sets."""
-    return _walk(existing, desired, "", "", "", None)
+    return _walk(existing, desired, "", "", "", None, quantity_keys)
 
 
-def differences(existing: Any, desired: Any, path: str = "") -> list[str]:
+def differences(
+    existing: Any, desired: Any, path: str = "", *, quantity_keys: frozenset[str] = QUANTITY_KEYS
+) -> list[str]:
     """Dotted paths (``spec.template.spec.containers[main].image``) where
     ``existing`` lacks what ``desired`` sets; ``path`` prefixes them."""
     out: list[str] = []
     key = path.rsplit(".", 1)[-1] if path else ""
-    _walk(existing, desired, path, key, "", out)
+    _walk(existing, desired, path, key, "", out, quantity_keys)
     return out

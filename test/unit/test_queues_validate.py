@@ -1,5 +1,6 @@
 import pytest
 
+from kaiwo_ctrl.queues.defaults import queue_config_spec_equivalent
 from kaiwo_ctrl.queues.validate import validate
 
 
@@ -221,3 +222,15 @@ def test_plan_normalisation_survives_an_overflowing_quantity():
     from kaiwo_ctrl.queues.owned import _quantity
 
     assert _quantity("1e9999999") == "1e9999999"  # left as written, compared as text
+
+
+def test_queue_config_spec_compares_kueue_quotas_as_quantities():
+    """A stored queue config whose quotas are spelled differently (``1000m`` for
+    ``1``, ``1Gi`` for ``1024Mi``) needs no write; a changed quota does."""
+    def spec(cpu, memory):
+        resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory}]
+        return {"clusterQueues": [{"name": "q", "spec": {"resourceGroups": [
+            {"coveredResources": ["cpu", "memory"], "flavors": [{"name": "f", "resources": resources}]}]}}]}
+
+    assert queue_config_spec_equivalent(spec("1000m", "1Gi"), spec(1, "1024Mi"))
+    assert not queue_config_spec_equivalent(spec("2", "1Gi"), spec(1, "1Gi"))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kaiwo_ctrl.runtime.diff import contains, differences
+from kaiwo_ctrl.runtime.diff import QUANTITY_KEYS, contains, differences
 
 
 def env(*pairs):
@@ -35,3 +35,14 @@ def env(*pairs):
 def test_differences(existing, desired, expected):
     assert differences(existing, desired) == expected
     assert contains(existing, desired) is (expected == [])
+
+
+def test_quantity_keys_are_the_callers():
+    """The runtime knows the core kinds' quantity keys only; another API's
+    (Kueue's quota fields) are compared as quantities when the caller says so."""
+    stored, wanted = {"nominalQuota": "1000m", "name": "cpu"}, {"nominalQuota": 1, "name": "cpu"}
+    assert differences(stored, wanted) == ["nominalQuota"]
+    keys = QUANTITY_KEYS | {"nominalQuota"}
+    assert differences(stored, wanted, quantity_keys=keys) == []
+    assert contains(stored, wanted, quantity_keys=keys)
+    assert not contains({"nominalQuota": "2"}, {"nominalQuota": 1}, quantity_keys=keys)

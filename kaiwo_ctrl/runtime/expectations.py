@@ -2,8 +2,9 @@
 
 An informer cache shows our own write one watch event later. A reconcile that
 runs in between would otherwise see the old object and write the same thing
-again. Every controller that writes and then reads its caches uses this one
-mechanism:
+again. This module is the runtime's mechanism against that, for any controller
+that writes and then reads its caches (one :func:`expectations_for` store per
+manager, shared by its controllers):
 
 * :meth:`Expectations.wrote` records the object the API server returned for a
   write made over resourceVersion ``base_rv`` (``None`` for a create);
@@ -14,8 +15,9 @@ mechanism:
   (its watch event may arrive before the response);
   :meth:`Expectations.own_status_event` then recognises the update event that
   write produced, so the controller need not reconcile its own echo.
-* :meth:`Expectations.write_status` is the one status write (resourceVersion
-  guarded merge patch) that every writer of a status uses.
+* :meth:`Expectations.write_status` writes a status (a merge patch guarded
+  by resourceVersion) and records it for read-your-writes (a controller's
+  write to its own object also with :meth:`Expectations.expect_status`).
 * :func:`wait_observed` waits until a cache shows a write (for controllers
   that compute a plan from a whole cache listing).
 
@@ -168,7 +170,7 @@ class Expectations:
         *,
         own: bool,
     ) -> dict[str, Any]:
-        """The one status write every writer uses: ``send`` gets a merge patch
+        """Write a status: ``send`` gets a merge patch
         of the status subresource carrying the resourceVersion read from
         ``obj`` (the API server answers 409 when the object changed since) and
         the complete ``status``; the result is recorded for read-your-writes.
@@ -223,7 +225,7 @@ _BY_OWNER: dict[int, tuple[weakref.ref, Expectations]] = {}
 
 def expectations_for(owner: Any) -> Expectations:
     """The one :class:`Expectations` of ``owner`` (a manager), made on first use,
-    so every writer in a process shares it."""
+    so the writers that use it share one store."""
     entry = _BY_OWNER.get(id(owner))
     if entry is not None and entry[0]() is owner:
         return entry[1]

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict
 
 from api.base import ApiModel
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from api.fields import field
 
 # --------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def parse_duration(value: str, path: str = "") -> timedelta:
     """Parse a Go duration (``time.ParseDuration`` without a sign): ``1h30m``,
     ``45s``, ``1.5h``, ``.5h``, ``1.h``, ``0``. This is the one duration parser.
 
-    Raises :class:`~kaiwo_ctrl.runtime.fielderrors.FieldError` (a ``ValueError``)
+    Raises :class:`~kaiwo_ctrl.runtime.objects.fielderrors.FieldError` (a ``ValueError``)
     naming ``path`` when the text is malformed (blanks, a sign, a missing unit
     are malformed, as in Go) or longer than Go's int64 nanoseconds allow.
     """

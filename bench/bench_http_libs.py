@@ -39,7 +39,7 @@ CLIENTS = {"http1.Pool": None, "aiohttp": "aiohttp", "httpcore": "httpcore"}
 
 # ------------------------------------------------------------------ servers
 async def serve_http1(port: int) -> None:
-    from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+    from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 
     async def handle(request: Request) -> Response:
         return Response(200, [(b"Content-Type", b"application/json")], REPLY)
@@ -88,7 +88,7 @@ def _requests(n: int, seconds: float):
 
 
 async def load_http1(url_host: str, path: str, clients: int, n: int) -> int:
-    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.runtime.net.http1 import Pool
 
     pool = Pool(max_idle_per_host=1024)
     it = _requests(n, MAX_SECONDS)
@@ -146,7 +146,7 @@ LOAD = {"http1.Pool": load_http1, "aiohttp": load_aiohttp, "httpcore": load_http
 
 
 def _runner():
-    from kaiwo_ctrl.runtime.loop import event_loop_factory
+    from kaiwo_ctrl.runtime.process.loop import event_loop_factory
 
     return asyncio.Runner(loop_factory=event_loop_factory())
 

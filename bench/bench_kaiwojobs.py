@@ -36,12 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOCONFIGS, KAIWOJOBS, KAIWOQUEUECONFIGS, LOCALQUEUES  # noqa: E402
-from kaiwo_ctrl.runtime import loop  # noqa: E402
+from kaiwo_ctrl.runtime.process import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
-from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
-from kaiwo_ctrl.runtime.manager import Manager  # noqa: E402
-from kaiwo_ctrl.runtime.metrics import Metrics  # noqa: E402
-from kaiwo_ctrl.runtime.resources import EVENTS, JOBS, NAMESPACES  # noqa: E402
+from kaiwo_ctrl.runtime.api.client import ApiError, Client  # noqa: E402
+from kaiwo_ctrl.runtime.manager.manager import Manager  # noqa: E402
+from kaiwo_ctrl.runtime.observe.metrics import Metrics  # noqa: E402
+from kaiwo_ctrl.runtime.api.resources import EVENTS, JOBS, NAMESPACES  # noqa: E402
 from kaiwo_ctrl.settings import ensure_config  # noqa: E402
 from kaiwo_ctrl.workloads import controller as workloads  # noqa: E402
 from kaiwo_ctrl.workloads.desired import desired_children  # noqa: E402
@@ -143,7 +143,7 @@ async def run_operator(kubeconfig: str, ns: str, n: int, workers: int, events: b
     shared = recs["KaiwoJob"].shared
     stop = asyncio.Event()
     # Each round's operator starts from a clean heap, as a new process would:
-    # the manager freezes its heap after the caches sync (runtime/heap.py),
+    # the manager freezes its heap after the caches sync (runtime/process/heap.py),
     # which in this one process would otherwise keep every earlier round's
     # operator alive and make each settle collect the previous round's garbage.
     gc.unfreeze()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kaiwo_ctrl.runtime import loop
+from kaiwo_ctrl.runtime.process import loop
 
 import procstat  # beside this script
 
@@ -78,8 +78,8 @@ def batchjob(i: int, ns: str) -> dict:
 
 async def populate(kubeconfig: str, count: int, ns: str) -> float:
     from kaiwo_ctrl.kinds import KAIWOJOBS
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.resources import JOBS, NAMESPACES
+    from kaiwo_ctrl.runtime.api.client import Client
+    from kaiwo_ctrl.runtime.api.resources import JOBS, NAMESPACES
 
     c = await Client.from_kubeconfig(kubeconfig)
     await c.create(NAMESPACES, {"metadata": {"name": ns}})
@@ -98,9 +98,9 @@ async def populate(kubeconfig: str, count: int, ns: str) -> float:
 
 async def measure(kubeconfig: str, mode: str) -> dict:
     from kaiwo_ctrl.kinds import KAIWOJOBS
-    from kaiwo_ctrl.runtime.cache import Cache
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.resources import JOBS
+    from kaiwo_ctrl.runtime.cache.cache import Cache
+    from kaiwo_ctrl.runtime.api.client import Client
+    from kaiwo_ctrl.runtime.api.resources import JOBS
     from kaiwo_ctrl.workloads.caches import TRANSFORMS
 
     c = await Client.from_kubeconfig(kubeconfig)

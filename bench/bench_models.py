@@ -28,12 +28,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kaiwo_ctrl.kinds import MODELS  # noqa: E402
-from kaiwo_ctrl.runtime import loop  # noqa: E402
+from kaiwo_ctrl.runtime.process import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
-from kaiwo_ctrl.runtime.client import Client  # noqa: E402
-from kaiwo_ctrl.runtime.manager import Manager  # noqa: E402
-from kaiwo_ctrl.runtime.metrics import Metrics  # noqa: E402
-from kaiwo_ctrl.runtime.resources import NAMESPACES, PODS  # noqa: E402
+from kaiwo_ctrl.runtime.api.client import Client  # noqa: E402
+from kaiwo_ctrl.runtime.manager.manager import Manager  # noqa: E402
+from kaiwo_ctrl.runtime.observe.metrics import Metrics  # noqa: E402
+from kaiwo_ctrl.runtime.api.resources import NAMESPACES, PODS  # noqa: E402
 from kaiwo_ctrl.serving import controller as serving  # noqa: E402
 from kaiwo_ctrl.serving.config import ConfigSource  # noqa: E402
 

@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOCONFIGS, KAIWOQUEUECONFIGS  # noqa: E402
-from kaiwo_ctrl.runtime import loop  # noqa: E402
+from kaiwo_ctrl.runtime.process import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets  # noqa: E402
-from kaiwo_ctrl.runtime.quantity import parse_quantity  # noqa: E402
-from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
-from kaiwo_ctrl.runtime.resources import NODES  # noqa: E402
+from kaiwo_ctrl.runtime.objects.quantity import parse_quantity  # noqa: E402
+from kaiwo_ctrl.runtime.api.client import ApiError, Client  # noqa: E402
+from kaiwo_ctrl.runtime.api.resources import NODES  # noqa: E402
 
 AMD = ("amd-mi300x-8gpu-57core-460gi", "amd.com/gpu", {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM", "beta.amd.com/gpu.family.AI": "8"}, {"cpu": "64", "memory": "512Gi", "amd.com/gpu": "8"})
 NVIDIA = ("nvidia-teslak80-8gpu-28core-230gi", "nvidia.com/gpu", {"nvidia.com/gpu.product": "Tesla-K80", "nvidia.com/gpu.count": "8"}, {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"})
@@ -62,8 +62,8 @@ def gpu_quota(cq: dict | None, flavor: str, resource: str) -> int:
 
 async def run(args: argparse.Namespace, plane: ControlPlane) -> None:
     from kaiwo_ctrl.queues import controller as queues
-    from kaiwo_ctrl.runtime.manager import Manager
-    from kaiwo_ctrl.runtime.metrics import Metrics
+    from kaiwo_ctrl.runtime.manager.manager import Manager
+    from kaiwo_ctrl.runtime.observe.metrics import Metrics
     from kaiwo_ctrl.settings import ensure_config
 
     admin = await Client.from_kubeconfig(str(plane.kubeconfig))

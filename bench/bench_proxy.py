@@ -69,18 +69,18 @@ def _raise_nofile() -> None:
 
 
 def _loop_factory():
-    from kaiwo_ctrl.runtime.loop import event_loop_factory
+    from kaiwo_ctrl.runtime.process.loop import event_loop_factory
 
     return event_loop_factory()
 
 
 # ------------------------------------------------------------------ backends
 async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: float, port: int = PORT_BASE) -> None:
-    """The fake model servers, on the lean server of kaiwo_ctrl/runtime/http1server.py
+    """The fake model servers, on the lean server of kaiwo_ctrl/runtime/net/http1server.py
     (about a third of aiohttp's CPU per request): real model servers run on other
     machines, so the less of the 2 cores they take here, the more the figures
     measure the proxy and not the harness."""
-    from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+    from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 
     rng = random.Random(7)
     json_type = [(b"Content-Type", b"application/json")]
@@ -128,7 +128,7 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.kinds import MODELS
-    from kaiwo_ctrl.runtime.informer import Informer
+    from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
     from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
@@ -157,7 +157,7 @@ def _settle() -> None:
     (``kaiwo-ctrl run`` and ``kaiwo-ctrl proxy`` run the proxy under one); the
     fake servers and the load generator use them too, so that their own
     collections do not add pauses to what is measured."""
-    from kaiwo_ctrl.runtime import heap
+    from kaiwo_ctrl.runtime.process import heap
 
     heap.tune()
     heap.settle()
@@ -178,7 +178,7 @@ async def run_load(
     less the service time each server reports for its reply, elapsed wall time, errors.
 
     ``urls`` are (host:port, path). The clients use the lean keep-alive pool
-    (kaiwo_ctrl/runtime/http1.py) rather than aiohttp's client: about a third
+    (kaiwo_ctrl/runtime/net/http1.py) rather than aiohttp's client: about a third
     of the CPU per request, which leaves more of the 2 cores to what is measured.
     """
     body = orjson.dumps({"model": "bench", "prompt": "hello", "max_tokens": 1, "stream": stream})
@@ -228,7 +228,7 @@ def load_avg() -> str:
 async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms: float) -> None:
     direct = [(f"{h}:{PORT_BASE}", "/v1/completions") for h in HOSTS]
     proxied = [(f"127.0.0.1:{proxy_port}", "/openai/v1/completions")]
-    from kaiwo_ctrl.runtime.http1 import Pool  # imported late: from the tree this script sits in
+    from kaiwo_ctrl.runtime.net.http1 import Pool  # imported late: from the tree this script sits in
 
     s = Pool(max_idle_per_host=1024)
     _settle()
@@ -338,7 +338,7 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
     """Ours, nginx and LiteLLM's proxy in front of the same instant servers, interleaved round by round."""
     from peers import start_litellm, start_nginx
 
-    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.runtime.net.http1 import Pool
 
     backends = [f"{h}:{INSTANT_PORT}" for h in HOSTS]
     # LiteLLM's proxy refuses to start without a master key; every contender gets the same header

@@ -63,10 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import procstat  # noqa: E402
 from bench_kaiwojobs import arrange  # noqa: E402
-from kaiwo_ctrl.runtime import loop  # noqa: E402
+from kaiwo_ctrl.runtime.process import loop  # noqa: E402
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port, locate_assets  # noqa: E402
-from kaiwo_ctrl.runtime.client import ApiError, Client  # noqa: E402
-from kaiwo_ctrl.runtime.restconfig import RestConfig  # noqa: E402
+from kaiwo_ctrl.runtime.api.client import ApiError, Client  # noqa: E402
+from kaiwo_ctrl.runtime.api.restconfig import RestConfig  # noqa: E402
 
 NS = "bench-restart"
 CONTROLLER = "kaiwojob"

@@ -72,7 +72,7 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.kinds import MODELS
-    from kaiwo_ctrl.runtime.informer import Informer
+    from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
     from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
@@ -157,7 +157,7 @@ async def _chat(pool: Any, authority: str, path: str, messages: list, max_tokens
 
 async def run_load(targets: list[tuple[str, str]], users: int, duration: float, warmup: float, seed: int, scale: float,
                    random_route: bool, think: float) -> RunStats:
-    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.runtime.net.http1 import Pool
 
     pool = Pool(connect_timeout=10, idle_timeout=60)
     stats = RunStats()
@@ -198,7 +198,7 @@ async def run_load(targets: list[tuple[str, str]], users: int, duration: float, 
 # ------------------------------------------------------------------ main
 async def _engine_counters(n: int) -> tuple[float, float, float]:
     """(prefix-cache query tokens, hit tokens, running+waiting) summed over the engines."""
-    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.runtime.net.http1 import Pool
     from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
 
     pool = Pool()
@@ -218,7 +218,7 @@ async def _engine_counters(n: int) -> tuple[float, float, float]:
 
 
 async def _reset(n: int) -> None:
-    from kaiwo_ctrl.runtime.http1 import Pool
+    from kaiwo_ctrl.runtime.net.http1 import Pool
 
     pool = Pool()
     while (await _engine_counters(n))[2] > 0:  # the last run's requests drain first

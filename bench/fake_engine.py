@@ -209,7 +209,7 @@ class Engine:
 
 async def serve_engines(hosts: list[str], port: int, params: EngineParams) -> list[Engine]:
     """One engine per host on ``port`` (lean HTTP server of the runtime)."""
-    from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+    from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 
     engines = []
     for h in hosts:

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return download_main(argv[1:])
     if argv[:1] in (["run"], ["proxy"]):
-        from kaiwo_ctrl.runtime import heap
+        from kaiwo_ctrl.runtime.process import heap
 
         heap.tune()  # before the imports: they make ~150k long-lived objects the default thresholds walk repeatedly
     args = build_parser().parse_args(argv)
@@ -270,9 +270,9 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kaiwo_ctrl.runtime.logging import setup_logging
+    from kaiwo_ctrl.runtime.observe.logging import setup_logging
 
-    from kaiwo_ctrl.runtime.loop import run
+    from kaiwo_ctrl.runtime.process.loop import run
 
     setup_logging(args.log_level, args.log_format)
     try:
@@ -286,10 +286,10 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     import logging
 
     from kaiwo_ctrl.operator import build_operator
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.leaderelection import LeaseNamespaceMissing
-    from kaiwo_ctrl.runtime.manager import LeadershipLost
-    from kaiwo_ctrl.runtime.tracing import setup_tracing
+    from kaiwo_ctrl.runtime.api.client import Client
+    from kaiwo_ctrl.runtime.manager.leaderelection import LeaseNamespaceMissing
+    from kaiwo_ctrl.runtime.manager.manager import LeadershipLost
+    from kaiwo_ctrl.runtime.observe.tracing import setup_tracing
 
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
     from kaiwo_ctrl.settings import operator_namespace
@@ -341,7 +341,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 
 def _new_manager(args: argparse.Namespace, client: Any) -> Any:
     """The Manager of ``run``/``proxy``: leader election and secure metrics as the flags ask."""
-    from kaiwo_ctrl.runtime.manager import LeaderElectionConfig, Manager
+    from kaiwo_ctrl.runtime.manager.manager import LeaderElectionConfig, Manager
     from kaiwo_ctrl.settings import operator_namespace
 
     le = None
@@ -354,7 +354,7 @@ def _new_manager(args: argparse.Namespace, client: Any) -> Any:
         leader_election=le,
     )
     if getattr(args, "metrics_secure", False):
-        from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
+        from kaiwo_ctrl.runtime.observe.metricsauth import MetricsAuth, server_ssl_context
 
         cert_dir = args.metrics_cert_dir
         mgr.metrics_auth = MetricsAuth(client)

@@ -2,7 +2,7 @@
 
 Our own kinds come from the typed API registry; Kueue (v1beta2, the storage
 version of current Kueue), KubeRay and AppWrapper are declared here. Core
-kinds are in :mod:`kaiwo_ctrl.runtime.resources`.
+kinds are in :mod:`kaiwo_ctrl.runtime.api.resources`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from api.config.v1alpha1 import AIMNamespaceConfig, KaiwoConfig
 from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoQueueConfig, KaiwoService
 from api.kubeai.v1 import Model
-from kaiwo_ctrl.runtime.client import Resource
+from kaiwo_ctrl.runtime.api.client import Resource
 
 
 def _of(model) -> Resource:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import NODES
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.api.resources import NODES
 
 _META_KEYS = ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
 _SPEC_KEYS = ("unschedulable", "taints")

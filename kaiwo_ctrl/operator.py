@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import ensure_config
 
 log = logging.getLogger("kaiwo_ctrl.operator")

@@ -69,7 +69,7 @@ GATEWAY = "gateway.networking.k8s.io"
 #: The ClusterRole of the operator (``config/rbac/role.yaml``).
 CLUSTER_RULES: tuple[Rule, ...] = (
     # --- core ---------------------------------------------------------------
-    Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder: create an Event, patch count/lastTimestamp of a repeat"),
+    Rule("", "events", ("create", "patch"), "runtime/observe/events.py EventRecorder: create an Event, patch count/lastTimestamp of a repeat"),
     Rule(
         "",
         "nodes",
@@ -127,7 +127,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "apiextensions.k8s.io",
         "customresourcedefinitions",
         ("get",),
-        "runtime/defaulting.py installed_schema: queues/controller.py compares the queue config with the installed CRD's defaults applied",
+        "runtime/api/defaulting.py installed_schema: queues/controller.py compares the queue config with the installed CRD's defaults applied",
     ),
     # --- our own kinds ------------------------------------------------------
     Rule(
@@ -148,7 +148,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "kaiwoqueueconfigs/finalizers",
         ("update",),
         "queues/kueue.py: Kueue objects carry a controller owner reference (blockOwnerDeletion) to the queue config",
-        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/queues/kueue.py", "ownership.owner_reference("), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/queues/kueue.py", "ownership.owner_reference("), ("kaiwo_ctrl/queues/kueue.py", "QUEUE_CONFIG_KIND")),
     ),
     Rule(
         KAIWO,
@@ -163,7 +163,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "kaiwojobs/finalizers",
         ("update",),
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoJob",
-        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
     ),
     Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/controller.py: KaiwoService informer"),
     Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
@@ -172,7 +172,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "kaiwoservices/finalizers",
         ("update",),
         "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
-        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
     ),
     Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads and serving read the effective config"),
     Rule(CONFIG, "aimnamespaceconfigs/status", ("patch",), "aim/controller.py: status patch"),
@@ -207,7 +207,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "clusterqueues/finalizers",
         ("update",),
         "queues/kueue.py: queue-config LocalQueues carry a controller owner reference (blockOwnerDeletion) to their ClusterQueue",
-        evidence=(("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/queues/kueue.py", "ownership.owner_reference("), ("kaiwo_ctrl/queues/kueue.py", "CLUSTER_QUEUE")),
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/queues/kueue.py", "ownership.owner_reference("), ("kaiwo_ctrl/queues/kueue.py", "CLUSTER_QUEUE")),
     ),
     Rule(
         KUEUE,
@@ -243,18 +243,18 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "serving/: server Pods, files ConfigMaps and cache Jobs, and aim/routes.py: HTTPRoutes, carry a controller owner "
         "reference (blockOwnerDeletion) to their Model",
         evidence=(
-            ("kaiwo_ctrl/runtime/ownership.py", "block_owner_deletion: bool = True"),
+            ("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"),
             ("kaiwo_ctrl/serving/pods.py", "LABEL_MODEL"),
             ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))"),
         ),
     ),
     # --- secure metrics -----------------------------------------------------
-    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
     Rule(
         "authorization.k8s.io",
         "subjectaccessreviews",
         ("create",),
-        "runtime/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure)",
+        "runtime/observe/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure)",
     ),
 )
 
@@ -269,10 +269,10 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
         "coordination.k8s.io",
         "leases",
         ("get", "create", "update"),
-        "runtime/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
+        "runtime/manager/leaderelection.py: read the Lease, create it when missing, renew/release it with a PUT",
         resource_names=(LEADER_ELECTION_ID,),
     ),
-    Rule("", "events", ("create", "patch"), "runtime/events.py EventRecorder (events in the operator's own namespace)"),
+    Rule("", "events", ("create", "patch"), "runtime/observe/events.py EventRecorder (events in the operator's own namespace)"),
     Rule(
         "",
         "configmaps",

@@ -56,7 +56,7 @@ def namespace(admin) -> str:
 
 @pytest.fixture
 async def client(control_plane: ControlPlane):
-    from kaiwo_ctrl.runtime.client import Client
+    from kaiwo_ctrl.runtime.api.client import Client
 
     c = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     yield c

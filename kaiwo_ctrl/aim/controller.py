@@ -25,14 +25,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODELS
-from kaiwo_ctrl.runtime.apply import contains
-from kaiwo_ctrl.runtime.client import ApiError, Resource
-from kaiwo_ctrl.runtime.controller import Result, TerminalError
-from kaiwo_ctrl.runtime.expectations import expectations_for
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
-from kaiwo_ctrl.runtime.resources import NAMESPACES, discover
+from kaiwo_ctrl.runtime.objects.apply import contains
+from kaiwo_ctrl.runtime.api.client import ApiError, Resource
+from kaiwo_ctrl.runtime.control.controller import Result, TerminalError
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
+from kaiwo_ctrl.runtime.api.resources import NAMESPACES, discover
 from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, route_token
 from kaiwo_ctrl.settings import operator_namespace
 
@@ -50,7 +50,7 @@ from .routes import (
 )
 from .status import Observed, desired_status
 from .validation import first_error
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 log = logging.getLogger("kaiwo_ctrl.aim")
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 Obj = Mapping[str, Any]
 

@@ -23,8 +23,8 @@ import hmac
 import secrets
 from collections.abc import Sequence
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import SECRETS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import SECRETS
 
 TOKEN_HEADER = "X-Kaiwo-Route-Token"
 TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.ownership import owner_reference
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.objects.ownership import owner_reference
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kaiwo_ctrl.runtime.conditions import bound_message, find_condition, remove_condition, set_condition
+from kaiwo_ctrl.runtime.observe.conditions import bound_message, find_condition, remove_condition, set_condition
 
 from .routes import names_list, not_accepted
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import NODES, PODS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import NODES, PODS
 
 from . import views
 from .errors import NOT_FOUND, USAGE, CliError

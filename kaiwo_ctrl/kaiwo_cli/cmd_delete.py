@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
 
 from .config import Defaults
 from .errors import FAILED, CliError

@@ -6,8 +6,8 @@ import argparse
 import contextlib
 import sys
 
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.api.resources import PODS
 
 from . import channels as ch
 from . import streams, terminal

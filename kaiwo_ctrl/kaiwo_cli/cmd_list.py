@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.workloads.labels import LABEL_QUEUE_NAME, LABEL_USER
 from kaiwo_ctrl.workloads.naming import rfc1123_normalize
 

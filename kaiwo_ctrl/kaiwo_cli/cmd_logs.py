@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import NODES, PODS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import NODES, PODS
 
 from .children import workload_pods
 from .config import Defaults

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 
 from .config import Defaults
 from .errors import USAGE, CliError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 
 from . import views
 from .children import workload_pods

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 
 from . import streams
 from .config import Defaults

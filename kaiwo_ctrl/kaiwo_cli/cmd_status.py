@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 
 from . import cmd_cluster
 from .children import admission, child_state, event_time, events_of, family, pod_state

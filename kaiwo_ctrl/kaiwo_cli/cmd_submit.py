@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
 
 from . import config
 from .config import Defaults

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kaiwo_ctrl.monitoring.gpu import METRIC as AMD_METRIC
-from kaiwo_ctrl.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.queues.nodepools import discover
 
 NVIDIA_METRIC = "DCGM_FI_DEV_GPU_UTIL"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
-from kaiwo_ctrl.runtime.apitypes import resource_of
-from kaiwo_ctrl.runtime.client import ApiError, Client, RestConfig
+from kaiwo_ctrl.runtime.api.apitypes import resource_of
+from kaiwo_ctrl.runtime.api.client import ApiError, Client, RestConfig
 
 from .errors import FAILED, FORBIDDEN, NO_CLUSTER, NO_CRDS, NOT_FOUND, CliError
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kaiwo_ctrl.runtime import loop
-from kaiwo_ctrl.runtime.client import ApiError
+from kaiwo_ctrl.runtime.process import loop
+from kaiwo_ctrl.runtime.api.client import ApiError
 
 from . import (
     cmd_delete,

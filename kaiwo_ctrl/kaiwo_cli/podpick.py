@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import Client
+from kaiwo_ctrl.runtime.api.client import Client
 
 from .children import workload_pods
 from .errors import NOT_FOUND, NOT_RUNNING, CliError

@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.api.resources import PODS
 
 from . import channels as ch
 from .errors import FAILED, FORBIDDEN, NO_CLUSTER, NOT_FOUND, CliError

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import SERVICES
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import SERVICES
 
 from .errors import FAILED, USAGE, CliError
 from .kube import explain

@@ -7,8 +7,8 @@ import sys
 import time
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import EVENTS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import EVENTS
 
 from .errors import FAILED, NOT_FOUND, TIMEOUT, CliError
 from .kube import KINDS, explain

@@ -13,7 +13,7 @@ the job/deployment/GC controllers, the scheduler, kwok and the real Kueue
 controller manager run too, so Kueue admits workloads whose Jobs create Pods
 that are scheduled onto kwok-simulated Nodes and finish.
 
-Its PKI (:mod:`kaiwo_ctrl.local.pki`, built on :class:`kaiwo_ctrl.runtime.certs.TinyCA`) has three independent CAs,
+Its PKI (:mod:`kaiwo_ctrl.local.pki`, built on :class:`kaiwo_ctrl.runtime.net.certs.TinyCA`) has three independent CAs,
 as a real cluster has: one signs the apiserver's serving certificate, one
 signs client certificates (user = CN, groups = O), and one key pair signs
 service-account tokens; all valid for a week (development and tests only).

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 
 NAMESPACE = "kueue-system"
 SERVICE = "kueue-webhook-service"

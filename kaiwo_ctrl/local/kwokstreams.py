@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 
 #: Pod ports forwarded to the same port on 127.0.0.1 unless told otherwise
 #: (HTTP, model servers, Ray's dashboard, Jupyter).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 
 
 def write_pki(certs: Path) -> None:
@@ -35,7 +35,7 @@ def client_ca(certs: Path) -> TinyCA:
     from cryptography.hazmat.primitives import serialization
 
     ca = TinyCA.__new__(TinyCA)
-    from kaiwo_ctrl.runtime.certs import CertPair
+    from kaiwo_ctrl.runtime.net.certs import CertPair
 
     ca.pair = CertPair(
         x509.load_pem_x509_certificate((certs / "client-ca.crt").read_bytes()),

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.meta import parse_duration
-from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 
 METRIC = "gpu_gfx_activity"
 #: Labels a sample must carry (non-empty), else it is skipped.

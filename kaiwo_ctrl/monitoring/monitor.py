@@ -6,7 +6,7 @@ metrics exporter (Prometheus text format, 5 s timeout), reads Pods,
 KaiwoJobs, KaiwoServices and the KaiwoConfig from the manager's shared
 informer caches, and lets :func:`kaiwo_ctrl.monitoring.gpu.decide` say what to
 do. Status writes go through the one status write every writer uses
-(:meth:`~kaiwo_ctrl.runtime.expectations.Expectations.write_status`: the full
+(:meth:`~kaiwo_ctrl.runtime.control.expectations.Expectations.write_status`: the full
 conditions list, guarded by the resourceVersion read from the cache), not
 marked as the workload's own so its reconcile acts on them, and are only made
 when the status changes: an unchanged world writes nothing.
@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from api.meta import parse_duration
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
-from kaiwo_ctrl.runtime.client import ApiError, Resource
-from kaiwo_ctrl.runtime.expectations import expectations_for
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.api.client import ApiError, Resource
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.caches import pod_informer
 

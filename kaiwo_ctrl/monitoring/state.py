@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from api.kaiwo.v1alpha1 import Status
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES, MODELS
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.manager.manager import Manager
 
 PHASES = frozenset(s.value for s in Status if s.value)
 

@@ -1,6 +1,6 @@
 """The KaiwoQueueConfig reconciler: node pools -> queue config -> Kueue objects.
 
-:func:`setup` registers, on a runtime :class:`~kaiwo_ctrl.runtime.manager.Manager`:
+:func:`setup` registers, on a runtime :class:`~kaiwo_ctrl.runtime.manager.manager.Manager`:
 
 * the controller ``kaiwoqueueconfig`` (one worker) reconciling the singleton
   ``KaiwoQueueConfig/kaiwo``. Triggers: the queue config itself (create, delete,
@@ -28,16 +28,16 @@ from typing import Any
 
 from kaiwo_ctrl.kinds import KAIWOQUEUECONFIGS
 from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.controller import Result
-from kaiwo_ctrl.runtime.defaulting import installed_schema
-from kaiwo_ctrl.runtime.expectations import expectations_for
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.objpath import deleting, meta, rv, uid
-from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
-from kaiwo_ctrl.runtime.resources import NAMESPACES, NODES
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.control.controller import Result
+from kaiwo_ctrl.runtime.api.defaulting import installed_schema
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.objpath import deleting, meta, rv, uid
+from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
+from kaiwo_ctrl.runtime.api.resources import NAMESPACES, NODES
 from kaiwo_ctrl.settings import settings_for
 
 from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, QUEUE_CONFIG_NAME

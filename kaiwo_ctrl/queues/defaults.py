@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaiwo_ctrl.runtime.apply import contains
-from kaiwo_ctrl.runtime.defaulting import apply_defaults
-from kaiwo_ctrl.runtime.diff import QUANTITY_KEYS
+from kaiwo_ctrl.runtime.objects.apply import contains
+from kaiwo_ctrl.runtime.api.defaulting import apply_defaults
+from kaiwo_ctrl.runtime.objects.diff import QUANTITY_KEYS
 
 from .constants import (
     CLUSTER_QUEUE_SPEC_DEFAULTS,

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.runtime import ownership
+from kaiwo_ctrl.runtime.objects import ownership
 
 from .constants import (
     CLUSTER_QUEUE,
@@ -101,7 +101,7 @@ def managed_labels(queue_config_name: str = QUEUE_CONFIG_NAME) -> dict[str, str]
 
 def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
     """A controller owner reference to the named object (the one helper in
-    :mod:`kaiwo_ctrl.runtime.ownership` builds it)."""
+    :mod:`kaiwo_ctrl.runtime.objects.ownership` builds it)."""
     return ownership.owner_reference({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "uid": uid}})
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kaiwo_ctrl.kinds import LOCALQUEUES
-from kaiwo_ctrl.runtime.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
 
 from .constants import DEFAULT_CLUSTER_QUEUE_NAME
 from .kueue import entry_name, local_queue

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, cpu_cores_ceil, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, cpu_cores_ceil, parse_quantity
 
 from .constants import (
     AMD_GPU_RESOURCE,

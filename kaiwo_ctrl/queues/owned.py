@@ -22,7 +22,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
 from .constants import (
     CLUSTER_QUEUE,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
 from .constants import (
     CLUSTER_QUEUE,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.objpath import meta
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, Predicate
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.objects.objpath import meta
+from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
 
 from .constants import QUEUE_CONFIG_NAME
 from .nodepools import node_fingerprint

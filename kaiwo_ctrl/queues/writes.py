@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, LOCALQUEUES, RESOURCEFLAVORS, TOPOLOGIES, WORKLOADPRIORITYCLASSES
-from kaiwo_ctrl.runtime import objpath
-from kaiwo_ctrl.runtime.client import ApiError, Client, Resource
-from kaiwo_ctrl.runtime.expectations import newer_or_same, wait_observed
-from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.objects import objpath
+from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.control.expectations import newer_or_same, wait_observed
+from kaiwo_ctrl.runtime.cache.informer import Informer
 
 from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, RESOURCE_FLAVOR, TOPOLOGY, WORKLOAD_PRIORITY_CLASS
 from .events import sync_event

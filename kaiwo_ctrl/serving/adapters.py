@@ -28,9 +28,9 @@ from typing import Any
 
 import aiohttp
 
-from kaiwo_ctrl.runtime.expectations import Expectations
-from kaiwo_ctrl.runtime.objpath import key, rv
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.control.expectations import Expectations
+from kaiwo_ctrl.runtime.objects.objpath import key, rv
+from kaiwo_ctrl.runtime.api.resources import PODS
 
 from .pods import ADAPTER_DIR, ADAPTER_LABEL_PREFIX, ADAPTER_LOADER_PORT, ANNOTATION_PORT
 

@@ -30,9 +30,9 @@ from typing import Any
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOQUEUECONFIGS, LOCALQUEUES, WORKLOADS
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
 from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.conditions import find_condition
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.observe.conditions import find_condition
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import settings_for
 
 LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"

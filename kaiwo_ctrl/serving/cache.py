@@ -23,11 +23,11 @@ from typing import Any, Protocol
 
 from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.events import ComponentRecorder
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.ownership import controller_of, set_controller_reference
-from kaiwo_ctrl.runtime.resources import JOBS, PODS, PVCS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.observe.events import ComponentRecorder
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
+from kaiwo_ctrl.runtime.api.resources import JOBS, PODS, PVCS
 
 from .config import ConfigSource, SystemConfig
 from .pods import cache_dir, model_credentials, spec_hash, user_env

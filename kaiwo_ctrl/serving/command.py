@@ -17,8 +17,8 @@ import os
 from typing import Any
 
 from api.meta import parse_duration
-from kaiwo_ctrl.quantity import parse_quantity
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper

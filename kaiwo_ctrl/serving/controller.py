@@ -28,16 +28,16 @@ from typing import Any
 
 from kaiwo_ctrl.aim.effective import resolve
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, MODELS
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.controller import Result
-from kaiwo_ctrl.runtime.expectations import expectations_for
-from kaiwo_ctrl.runtime.fielderrors import FieldError
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.informer import strip_managed_fields
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.predicate import GenerationChanged
-from kaiwo_ctrl.runtime.ownership import set_controller_reference
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.control.controller import Result
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.control.predicate import GenerationChanged
+from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
 from . import cache as cachelib
 from .adapters import SYNC_ERRORS, AdapterSync

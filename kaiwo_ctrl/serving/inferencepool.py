@@ -26,13 +26,13 @@ import re
 from typing import Any
 
 from kaiwo_ctrl.kinds import INFERENCEPOOLS, MODELS
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.controller import Result
-from kaiwo_ctrl.runtime.diff import contains
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.ownership import controller_of, set_controller_reference
-from kaiwo_ctrl.runtime.resources import discover
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.control.controller import Result
+from kaiwo_ctrl.runtime.objects.diff import contains
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
+from kaiwo_ctrl.runtime.api.resources import discover
 from kaiwo_ctrl.settings import settings_for
 
 from .engines import PORT

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from kaiwo_ctrl.aim.credentials import Additions, for_model, pull_secrets
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .config import SystemConfig
 from .engines import ENGINES, MODEL_DIR, PORT, EngineInput

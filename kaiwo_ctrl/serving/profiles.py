@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .config import SystemConfig
 

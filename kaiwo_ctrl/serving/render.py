@@ -15,8 +15,8 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from api.kubeai.v1 import Model
-from kaiwo_ctrl.runtime.fielderrors import FieldError
-from kaiwo_ctrl.runtime.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
 
 from kaiwo_ctrl.aim.effective import effective_by_namespace
 

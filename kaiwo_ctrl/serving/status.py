@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.conditions import remove_condition, set_condition
-from kaiwo_ctrl.runtime.deepjson import ENCODE_LIMIT
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.skipreport import SkippedObjectReporter
+from kaiwo_ctrl.runtime.observe.conditions import remove_condition, set_condition
+from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
 
 from .admission import Quota, is_gated
 from .rollout import is_finished, is_ready, is_terminating
@@ -107,7 +107,7 @@ def desired_status(
 
 def too_deep_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None:
     """The status of a Model the operator left out of its cache, nested too
-    deeply to decode or encode (runtime/informerskip.py): ``ConfigValid=False``
+    deeply to decode or encode (runtime/cache/informerskip.py): ``ConfigValid=False``
     naming the field; ``None`` when the stub carries it already."""
     message = f"{path}: nested deeper than {ENCODE_LIMIT} levels; the operator cannot read this Model"
     status = desired_status(dict(stub), pods=None, config_error=message, cache_loaded=None)

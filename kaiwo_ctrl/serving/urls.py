@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 _URL = re.compile(r"^([a-z0-9]+)://([^?]*)(?:\?(.*))?$")
 SCHEMES = ("hf", "pvc", "ollama", "s3", "gs", "oss")

@@ -12,10 +12,10 @@ import logging
 
 from api.config.v1alpha1 import KAIWO_CONFIG_NAME, KaiwoConfig
 from kaiwo_ctrl.kinds import KAIWOCONFIGS
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.restconfig import pod_namespace
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.api.restconfig import pod_namespace
 
 log = logging.getLogger("kaiwo_ctrl.settings")
 

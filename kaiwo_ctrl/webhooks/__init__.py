@@ -20,8 +20,8 @@ from typing import Any
 
 from kaiwo_ctrl.kinds import CLUSTERQUEUES, KAIWOJOBS, KAIWOQUEUECONFIGS, LOCALQUEUES
 from kaiwo_ctrl.nodes import node_informer
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import JOBS, SECRETS
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.api.resources import JOBS, SECRETS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.world import Settings, World
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import JOBS
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.api.resources import JOBS
 
 from .jobdelete import FINALIZER, cleanup_deleted_job, controlled_by_kaiwojob
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.kinds import KAIWOJOBS
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import JOBS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import JOBS
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.jobdelete")
 

@@ -52,10 +52,10 @@ from typing import Any
 from kaiwo_ctrl.kinds import KAIWOJOBS
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
 from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.fielderrors import FieldError
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.packed import unpacked
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.objects.packed import unpacked
 from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
 from kaiwo_ctrl.workloads.resources import container_requests_gpu
 from kaiwo_ctrl.workloads.world import Settings

@@ -38,9 +38,9 @@ from typing import Any
 
 import yaml
 
-from kaiwo_ctrl.runtime.apply import contains
-from kaiwo_ctrl.runtime.client import Client, Resource
-from kaiwo_ctrl.runtime.labelselector import label_selector
+from kaiwo_ctrl.runtime.objects.apply import contains
+from kaiwo_ctrl.runtime.api.client import Client, Resource
+from kaiwo_ctrl.runtime.objects.labelselector import label_selector
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.registration")
 

@@ -25,8 +25,8 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kaiwo_ctrl.runtime.deepjson import undecodable
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.api.deepjson import undecodable
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .tls import ServingCert
 

@@ -34,9 +34,9 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from kaiwo_ctrl.runtime.certs import TinyCA
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.resources import SECRETS
+from kaiwo_ctrl.runtime.net.certs import TinyCA
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import SECRETS
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.tls")
 _PEM = Encoding.PEM

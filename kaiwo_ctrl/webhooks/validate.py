@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from kaiwo_ctrl.aim.validation import spec_errors as aim_spec_errors
 from kaiwo_ctrl.queues.validate import validate as validate_queue_config
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.serving.config import SystemConfig
 from kaiwo_ctrl.serving.profiles import profile_errors
 from kaiwo_ctrl.workloads.kaiwoobject import KaiwoObject

@@ -19,7 +19,7 @@ same Pod informer by calling :func:`pod_informer`.
 
 :class:`SharedCaches` also builds the :class:`~.world.World` (rebuilt only
 after a change) and reads children through the shared read-your-writes
-:class:`~kaiwo_ctrl.runtime.expectations.Expectations`.
+:class:`~kaiwo_ctrl.runtime.control.expectations.Expectations`.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from kaiwo_ctrl.aim.effective import effective_by_namespace
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, CLUSTERQUEUES, KAIWOQUEUECONFIGS, WORKLOADPRIORITYCLASSES, WORKLOADS
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
-from kaiwo_ctrl.runtime.conditions import find_condition
-from kaiwo_ctrl.runtime.expectations import expectations_for
-from kaiwo_ctrl.runtime.informer import Informer, strip_managed_fields
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.objpath import meta as _meta
-from kaiwo_ctrl.runtime.objpath import rv as _rv
-from kaiwo_ctrl.runtime.packed import Packer, packing
-from kaiwo_ctrl.runtime.resources import PODS, PRIORITYCLASSES
-from kaiwo_ctrl.runtime.store import index_by_label
+from kaiwo_ctrl.runtime.observe.conditions import find_condition
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
+from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
+from kaiwo_ctrl.runtime.objects.packed import Packer, packing
+from kaiwo_ctrl.runtime.api.resources import PODS, PRIORITYCLASSES
+from kaiwo_ctrl.runtime.cache.store import index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, environment, settings_for
 
 from .childstatus import ERROR, PENDING, UP

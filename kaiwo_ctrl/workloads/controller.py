@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.objpath import meta as _meta
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
+from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.settings.environment import IMAGE_ENV
 
 from .caches import IDX_DURATION_RUNNING, IDX_ERROR, QueueConfigMissing, SharedCaches, trim_pod

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
-from kaiwo_ctrl.runtime.diff import differences
-from kaiwo_ctrl.runtime.objpath import get_path
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.diff import differences
+from kaiwo_ctrl.runtime.objects.objpath import get_path
 
 from .kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
 
@@ -54,7 +54,7 @@ def immutable_drift(
     ``existing_child`` and cannot be changed on the existing object
     (``kind``: the child's ``ChildSpec``, or its kind name).
 
-    Comparison is the one object diff (:mod:`kaiwo_ctrl.runtime.diff`): what
+    Comparison is the one object diff (:mod:`kaiwo_ctrl.runtime.objects.diff`): what
     the desired object sets must be present with the same value. A larger
     request on a growable path is applicable and not reported; a smaller one is.
     """

@@ -7,8 +7,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, to_int
-from kaiwo_ctrl.runtime.conditions import bound_message
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, to_int
+from kaiwo_ctrl.runtime.observe.conditions import bound_message
 
 from .labels import NODE_LABEL_NODEPOOL
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoService
 
-from kaiwo_ctrl.runtime.ownership import owner_reference
+from kaiwo_ctrl.runtime.objects.ownership import owner_reference
 
 from .labels import object_labels, system_labels
 from .world import Settings, as_dict
@@ -122,7 +122,7 @@ class KaiwoObject:
 
     def owner_reference(self) -> dict[str, Any]:
         """The controller owner reference children carry (the one helper in
-        :mod:`kaiwo_ctrl.runtime.ownership` builds it)."""
+        :mod:`kaiwo_ctrl.runtime.objects.ownership` builds it)."""
         owner = {"apiVersion": self.doc.get("apiVersion") or API_VERSION, "kind": self.kind,
                  "metadata": {"name": self.name, "uid": self.uid}}
         return owner_reference(owner)

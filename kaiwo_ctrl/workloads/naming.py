@@ -1,11 +1,11 @@
 """Names and label values derived from a workload, through the one
-name-derivation rule in :mod:`kaiwo_ctrl.runtime.names`."""
+name-derivation rule in :mod:`kaiwo_ctrl.runtime.objects.names`."""
 
 from __future__ import annotations
 
 import re
 
-from kaiwo_ctrl.runtime.names import LABEL_MAX, derived_name, label_value, short_hash
+from kaiwo_ctrl.runtime.objects.names import LABEL_MAX, derived_name, label_value, short_hash
 
 MAX_NAME_LENGTH = LABEL_MAX
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 
 from .childstatus import COMPLETE, FAILED, NEW, PENDING, RUNNING, STARTING, TERMINATED, TERMINATING, UP
 from .condtypes import DOWNLOAD_JOB_SUCCEEDED, PREEMPTABLE, PRIORITY_CLASS_NOT_FOUND, WORKLOAD_TERMINATED_EARLY

@@ -30,10 +30,10 @@ from datetime import datetime, timezone
 
 from pydantic import ValidationError
 
-from kaiwo_ctrl.runtime.controller import Result
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.control.controller import Result
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 from .caches import IDX_JOB_UID, IDX_PENDING_GPU, IDX_RUN_ID, SharedCaches, terminated_early
 from .caches import status_of as _status_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, format_gi, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, format_gi, parse_quantity
 
 from .gpu import GPU_RESOURCE_KEYS
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kaiwo_ctrl.runtime.conditions import find_condition, format_time, remove_condition, set_condition
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, format_time, remove_condition, set_condition
 
 from .childstatus import (
     ACTIVE,

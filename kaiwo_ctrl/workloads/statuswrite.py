@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .caches import SharedCaches
 from .childstatus import ERROR

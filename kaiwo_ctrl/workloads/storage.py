@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
 from kaiwo_ctrl.aim.credentials import download_env, env_names, fill_download_items
 from kaiwo_ctrl.download.config import DownloadConfig
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .kaiwoobject import KaiwoObject
 from .labels import LABEL_TYPE, TYPE_DOWNLOADER

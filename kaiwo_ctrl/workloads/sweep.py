@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 from .caches import IDX_UP_PREEMPTABLE, SharedCaches
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from kaiwo_ctrl.runtime.objpath import meta as _meta
-from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
+from kaiwo_ctrl.runtime.cache.store import OWNER_UID_INDEX
 
 from .caches import SharedCaches
 from .drift import is_controlled_by

@@ -2,11 +2,11 @@
 
 A KaiwoJob or KaiwoService whose unstructured fields (``spec.job``,
 ``spec.rayJob``, ...) nest too deeply to decode or encode again is left out
-of the informer's cache (runtime/informerskip.py): it is never reconciled,
+of the informer's cache (runtime/cache/informerskip.py): it is never reconciled,
 and every other workload is. Its owner still learns why: the leader writes
 ``status.status: ERROR`` with ``SpecValid=False/InvalidSpec`` naming the
 field, by a merge patch of the status subresource alone (the answer, the
-whole object, is not decoded; runtime/skipreport.py).
+whole object, is not decoded; runtime/manager/skipreport.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from kaiwo_ctrl.runtime.conditions import find_condition, set_condition
-from kaiwo_ctrl.runtime.deepjson import ENCODE_LIMIT
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.skipreport import SkippedObjectReporter
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
+from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
 
 from .childstatus import ERROR
 from .condtypes import SPEC_VALID

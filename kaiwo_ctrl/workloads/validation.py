@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
 from .gpu import KNOWN_VENDORS, ClusterGpuStats, GpuPlan, cluster_gpu_stats, derive_gpu_plan
 from .kaiwoobject import KaiwoObject

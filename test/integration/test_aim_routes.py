@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from kaiwo_ctrl.aim import controller as aim
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.aim import fence
 from support import eventually
 from test_aim_workloads import config_url, create_config

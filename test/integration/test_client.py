@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from kaiwo_ctrl.runtime.client import ApiError, retry_on_conflict
-from kaiwo_ctrl.runtime.events import EventRecorder
+from kaiwo_ctrl.runtime.api.client import ApiError, retry_on_conflict
+from kaiwo_ctrl.runtime.observe.events import EventRecorder
 from kaiwo_ctrl.kinds import LOCALQUEUES
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, EVENTS
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, EVENTS
 from support import eventually
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ import asyncio
 import httpx
 import pytest
 
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
+from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 from support import eventually
 from support.demo import FAIL, LABEL, add_demo_controller
 

@@ -32,9 +32,9 @@ import httpx
 import pytest
 
 from kaiwo_ctrl.kinds import KAIWOJOBS
-from kaiwo_ctrl.runtime.conditions import MESSAGE_LIMIT
-from kaiwo_ctrl.runtime.deepjson import undecodable
-from kaiwo_ctrl.runtime.names import is_dns1123_label
+from kaiwo_ctrl.runtime.observe.conditions import MESSAGE_LIMIT
+from kaiwo_ctrl.runtime.api.deepjson import undecodable
+from kaiwo_ctrl.runtime.objects.names import is_dns1123_label
 from support import eventually
 from support.planes import own_plane
 
@@ -186,9 +186,9 @@ async def operator(plane, kube, monkeypatch):
 @contextlib.asynccontextmanager
 async def _running_operator(plane, monkeypatch):
     from kaiwo_ctrl.operator import build_operator
-    from kaiwo_ctrl.runtime.client import Client
-    from kaiwo_ctrl.runtime.manager import Manager
-    from kaiwo_ctrl.runtime.metrics import Metrics
+    from kaiwo_ctrl.runtime.api.client import Client
+    from kaiwo_ctrl.runtime.manager.manager import Manager
+    from kaiwo_ctrl.runtime.observe.metrics import Metrics
     from kaiwo_ctrl.workloads import controller as workloads
 
     monkeypatch.setenv(workloads.IMAGE_ENV, "registry.example/kaiwo-ctrl:test")

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from kaiwo_ctrl.local.controlplane import ControlPlane, free_port
-from kaiwo_ctrl.runtime.client import Client, RestConfig
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS
+from kaiwo_ctrl.runtime.api.client import Client, RestConfig
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 from support import eventually
 from support.netfault import Relay
 

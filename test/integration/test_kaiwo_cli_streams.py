@@ -426,7 +426,7 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
     from textual.widgets import DataTable
 
     from kaiwo_ctrl.kaiwo_cli.tui import Ask, Confirm, ManageApp, Options
-    from kaiwo_ctrl.runtime.client import Client
+    from kaiwo_ctrl.runtime.api.client import Client
 
     with plane.http() as h:
         _job(h, "doomed")

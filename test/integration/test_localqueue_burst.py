@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from kaiwo_ctrl.kinds import KAIWOJOBS
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.settings import ensure_config
 from kaiwo_ctrl.workloads import controller as workloads
 from test_workloads_support import TEST_IMAGE, ensure_queue_config, eventually

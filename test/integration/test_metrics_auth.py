@@ -10,8 +10,8 @@ import httpx
 import yaml
 
 from kaiwo_ctrl import rbac
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metricsauth import MetricsAuth, server_ssl_context
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metricsauth import MetricsAuth, server_ssl_context
 from support import eventually
 
 

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from kaiwo_ctrl.kinds import KAIWOJOBS
-from kaiwo_ctrl.runtime.apitypes import ApiError
-from kaiwo_ctrl.runtime.resources import JOBS
+from kaiwo_ctrl.runtime.api.apitypes import ApiError
+from kaiwo_ctrl.runtime.api.resources import JOBS
 from support import eventually
 from support.operator import OperatorProcess
 

@@ -13,9 +13,9 @@ import uuid
 import aiohttp
 import pytest
 
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving.autoscale.autoscaler import AutoscalerConfig
 from kaiwo_ctrl.serving.autoscale.setup import setup_autoscaler
 from kaiwo_ctrl.serving.command import DEFAULT_PEER_SELECTOR, run_with_manager

@@ -15,9 +15,9 @@ import orjson
 import pytest
 
 from kaiwo_ctrl.aim.routes import desired_route
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.server import setup_proxy

@@ -16,8 +16,8 @@ from decimal import Decimal
 
 import pytest
 
-from kaiwo_ctrl.runtime.quantity import parse_quantity
-from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
+from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.local.controlplane import ControlPlane
 from support import eventually, wait_until
 from support.planes import own_plane
@@ -185,9 +185,9 @@ class RunningOperator:
 
     async def start(self) -> "RunningOperator":
         from kaiwo_ctrl.queues import controller as queues
-        from kaiwo_ctrl.runtime.client import Client
-        from kaiwo_ctrl.runtime.manager import Manager
-        from kaiwo_ctrl.runtime.metrics import Metrics
+        from kaiwo_ctrl.runtime.api.client import Client
+        from kaiwo_ctrl.runtime.manager.manager import Manager
+        from kaiwo_ctrl.runtime.observe.metrics import Metrics
         from kaiwo_ctrl.settings import ensure_config
 
         client = await Client.from_kubeconfig(str(self.plane.kubeconfig))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.control.handler import Request
 
 from test_serving_support import (  # noqa: F401 - fixtures
     TEST_CONFIG,

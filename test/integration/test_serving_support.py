@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving import controller as serving
 from kaiwo_ctrl.serving.config import ConfigSource
 from support import eventually

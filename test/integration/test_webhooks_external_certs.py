@@ -14,7 +14,7 @@ import os
 import pytest
 
 from kaiwo_ctrl.local.controlplane import free_port
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 from support import eventually
 from support.operator import OperatorProcess
 from support.planes import own_plane

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.control.handler import Request
 from test_workloads_support import (  # noqa: F401 - fixtures
     job_url,
     MERGE,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.objpath import meta
-from kaiwo_ctrl.runtime.resources import JOBS
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.objects.objpath import meta
+from kaiwo_ctrl.runtime.api.resources import JOBS
 from test_workloads_support import (  # noqa: F401 - fixtures
     KAIWO,
     MERGE,

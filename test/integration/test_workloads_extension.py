@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 from kaiwo_ctrl.workloads.kinds import KAIWOJOB, OWNS_ANY, Build, ChildSpec
 from test_workloads_support import (  # noqa: F401 - fixtures
     MERGE,

@@ -16,10 +16,10 @@ import pytest
 
 from kaiwo_ctrl.local.controlplane import Process, free_port
 
-from kaiwo_ctrl.runtime.client import Client
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
+from kaiwo_ctrl.runtime.api.client import Client
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
+from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 from kaiwo_ctrl.settings import ensure_config
 from kaiwo_ctrl.workloads import controller as workloads
 from support import eventually

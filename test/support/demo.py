@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaiwo_ctrl.runtime.apply import contains
-from kaiwo_ctrl.runtime.controller import Result
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.ownership import owner_reference
-from kaiwo_ctrl.runtime.predicate import Filter
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS
+from kaiwo_ctrl.runtime.objects.apply import contains
+from kaiwo_ctrl.runtime.control.controller import Result
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.objects.ownership import owner_reference
+from kaiwo_ctrl.runtime.control.predicate import Filter
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 
 LABEL = "kaiwo-ctrl.dev/demo"
 FAIL = "kaiwo-ctrl.dev/fail-times"
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from kaiwo_ctrl import cli
-    from kaiwo_ctrl.runtime.logging import setup_logging
+    from kaiwo_ctrl.runtime.observe.logging import setup_logging
 
     args = cli.build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(args.log_level, args.log_format)

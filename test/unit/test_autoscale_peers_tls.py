@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 from kaiwo_ctrl.serving.autoscale.peers import scrape_active
 
 BODY = 'kaiwo_proxy_active_requests{model_namespace="a",model_name="m"} 3\n'

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kaiwo_ctrl.runtime.conditions import (
+from kaiwo_ctrl.runtime.observe.conditions import (
     MESSAGE_LIMIT,
     TRUNCATION_MARKER,
     bound_message,

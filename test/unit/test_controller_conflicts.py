@@ -4,10 +4,10 @@ fixed 50 ms for ever: a stale cache became a hot loop)."""
 
 from __future__ import annotations
 
-from kaiwo_ctrl.runtime.apitypes import ApiError
-from kaiwo_ctrl.runtime.controller import Controller
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.ratelimit import ItemExponentialFailureRateLimiter
+from kaiwo_ctrl.runtime.api.apitypes import ApiError
+from kaiwo_ctrl.runtime.control.controller import Controller
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 
 
 async def test_conflicts_back_off_exponentially_and_are_capped():

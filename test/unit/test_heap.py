@@ -1,4 +1,4 @@
-"""runtime.heap: settling freezes the survivors, collecting first unless told not to."""
+"""runtime.process.heap: settling freezes the survivors, collecting first unless told not to."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from kaiwo_ctrl.runtime import heap
+from kaiwo_ctrl.runtime.process import heap
 
 
 class _Node:

@@ -1,4 +1,4 @@
-"""The pooled HTTP/1.1 client (kaiwo_ctrl/runtime/http1.py) against hostile or
+"""The pooled HTTP/1.1 client (kaiwo_ctrl/runtime/net/http1.py) against hostile or
 quirky model servers: interim answers, cut-short bodies, bad framing, huge
 heads, bytes after the answer. After each, the next caller on the same pool
 gets its own answer, and a connection that served a broken exchange is never
@@ -11,7 +11,7 @@ import asyncio
 import orjson
 import pytest
 
-from kaiwo_ctrl.runtime.http1 import HeadTooLarge, Pool, ProtocolError, RemoteClosed
+from kaiwo_ctrl.runtime.net.http1 import HeadTooLarge, Pool, ProtocolError, RemoteClosed
 from support.rawupstream import RawUpstream, Seen, json_answer
 from support import eventually
 

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 server (kaiwo_ctrl/runtime/http1server.py) against hostile clients:
+"""The HTTP/1.1 server (kaiwo_ctrl/runtime/net/http1server.py) against hostile clients:
 stalls in the head or the body, oversized bodies, smuggling attempts, deep
 pipelining. Each case asserts the exact answer, and that a normal request on
 a new connection is still served."""
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from kaiwo_ctrl.runtime.http1budget import BodyBudget
-from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+from kaiwo_ctrl.runtime.net.http1budget import BodyBudget
+from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 from support import eventually
 
 

@@ -6,7 +6,7 @@ import re
 import orjson
 import pytest
 
-from kaiwo_ctrl.runtime.logging import current_log_context, log_context, setup_logging
+from kaiwo_ctrl.runtime.observe.logging import current_log_context, log_context, setup_logging
 
 TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 

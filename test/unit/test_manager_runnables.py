@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from kaiwo_ctrl.runtime.client import Client, RestConfig
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
+from kaiwo_ctrl.runtime.api.client import Client, RestConfig
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
 
 
 def manager() -> Manager:

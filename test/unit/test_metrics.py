@@ -5,12 +5,12 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from kaiwo_ctrl.runtime.metrics import (
+from kaiwo_ctrl.runtime.observe.metrics import (
     RECONCILE_TIME_BUCKETS,
     WORKQUEUE_DURATION_BUCKETS,
     Metrics,
 )
-from kaiwo_ctrl.runtime.workqueue import WorkQueue
+from kaiwo_ctrl.runtime.control.workqueue import WorkQueue
 
 
 class FakeClock:

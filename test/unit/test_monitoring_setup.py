@@ -9,10 +9,10 @@ import pytest
 
 from kaiwo_ctrl.monitoring import MonitoringConfigError, read_env, setup
 from kaiwo_ctrl.monitoring.gpu import GpuSample, MonitoringSettings, decide
-from kaiwo_ctrl.runtime.client import Client, RestConfig
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.metrics import Metrics
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.api.client import Client, RestConfig
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.observe.metrics import Metrics
+from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.workloads import controller as workloads
 from kaiwo_ctrl.workloads.status import ObservedChildren, observe
 from kaiwo_ctrl.workloads.world import World

@@ -1,6 +1,6 @@
 import pytest
 
-from kaiwo_ctrl.runtime.ownership import (
+from kaiwo_ctrl.runtime.objects.ownership import (
     AlreadyOwnedError,
     OwnershipError,
     add_finalizer,

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kaiwo_ctrl.runtime.http1message import Request, Response
+from kaiwo_ctrl.runtime.net.http1message import Request, Response
 from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.forward import request_headers
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics

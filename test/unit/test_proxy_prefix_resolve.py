@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.informer import Informer
+from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.serving.proxy.handler import split_multipart_model
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, request_timeout, selectors_of
-from kaiwo_ctrl.runtime.labelselector import SelectorError, matches, parse_selector
+from kaiwo_ctrl.runtime.objects.labelselector import SelectorError, matches, parse_selector
 
 
 @pytest.mark.parametrize(

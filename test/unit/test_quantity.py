@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, cpu_cores_ceil, parse_quantity, to_int
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, cpu_cores_ceil, parse_quantity, to_int
 
 
 @pytest.mark.parametrize(

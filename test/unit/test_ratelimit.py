@@ -1,6 +1,6 @@
 import pytest
 
-from kaiwo_ctrl.runtime.ratelimit import (
+from kaiwo_ctrl.runtime.control.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from kaiwo_ctrl import rbac
-from kaiwo_ctrl.runtime.client import Resource
+from kaiwo_ctrl.runtime.api.client import Resource
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "kaiwo_ctrl"
@@ -43,9 +43,9 @@ EXCLUDED = ("download/", "local/", "kaiwo_cli/", "rbac.py", "__main__.py")
 #: Generic implementations whose resource is a parameter; their verbs are
 #: accounted for where they are used (informer registrations, Manager wiring).
 GENERIC = {
-    "runtime/client.py",  # the client itself
-    "runtime/informer.py",  # list/watch of ``self.resource``: counted at every informer() call
-    "runtime/cache.py",  # builds Informers for the resources callers ask for
+    "runtime/api/client.py",  # the client itself
+    "runtime/cache/informer.py",  # list/watch of ``self.resource``: counted at every informer() call
+    "runtime/cache/cache.py",  # builds Informers for the resources callers ask for
 }
 
 CLIENT_VERBS = {
@@ -357,7 +357,7 @@ def test_every_call_is_resolved(scanned):
 def test_only_discovery_uses_raw_requests(scanned):
     """Raw ``client.request`` bypasses the scan; only API discovery (no RBAC resource) may use it."""
     _, _, raw = scanned
-    assert raw == [r for r in raw if r.startswith("kaiwo_ctrl/runtime/resources.py")], raw
+    assert raw == [r for r in raw if r.startswith("kaiwo_ctrl/runtime/api/resources.py")], raw
 
 
 def test_the_scan_sees_the_operator(scanned):

@@ -1,6 +1,6 @@
 import pytest
 
-from kaiwo_ctrl.runtime.apply import contains, differing_paths
+from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 
 
 @pytest.mark.parametrize(
@@ -48,6 +48,6 @@ def test_differing_paths_names_fields():
     ],
 )
 def test_resource_of(path, expected):
-    from kaiwo_ctrl.runtime.apitypes import resource_of
+    from kaiwo_ctrl.runtime.api.apitypes import resource_of
 
     assert resource_of(path) == expected

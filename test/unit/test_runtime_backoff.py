@@ -1,5 +1,5 @@
-from kaiwo_ctrl.runtime.informer import Backoff, strip_managed_fields
-from kaiwo_ctrl.runtime.leaderelection import micro_time
+from kaiwo_ctrl.runtime.cache.informer import Backoff, strip_managed_fields
+from kaiwo_ctrl.runtime.manager.leaderelection import micro_time
 
 
 def test_backoff_grows_caps_and_resets():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from kaiwo_ctrl.runtime.cache import Cache
-from kaiwo_ctrl.runtime.informer import strip_managed_fields
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, PODS
+from kaiwo_ctrl.runtime.cache.cache import Cache
+from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, PODS
 
 
 def keep_name(obj):

@@ -9,9 +9,9 @@ import random
 import orjson
 import pytest
 
-from kaiwo_ctrl.runtime.deepjson import DECODE_LIMIT, ENCODE_LIMIT, encodable, undecodable
-from kaiwo_ctrl.runtime.liststream import ListSplitter
-from kaiwo_ctrl.runtime.watchstream import decode_events
+from kaiwo_ctrl.runtime.api.deepjson import DECODE_LIMIT, ENCODE_LIMIT, encodable, undecodable
+from kaiwo_ctrl.runtime.api.liststream import ListSplitter
+from kaiwo_ctrl.runtime.api.watchstream import decode_events
 from kaiwo_ctrl.webhooks.server import MAX_OBJECT_DEPTH, depth_verdict
 
 

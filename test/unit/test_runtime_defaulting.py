@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kaiwo_ctrl.queues.defaults import ensure_default_queue_config
-from kaiwo_ctrl.runtime.defaulting import apply_defaults, crd_version_schema
+from kaiwo_ctrl.runtime.api.defaulting import apply_defaults, crd_version_schema
 
 CQ_SPEC = {
     "type": "object",

@@ -1,8 +1,8 @@
-"""The one object diff (runtime/diff.py): list rule and schema-aware quantities."""
+"""The one object diff (runtime/objects/diff.py): list rule and schema-aware quantities."""
 
 import pytest
 
-from kaiwo_ctrl.runtime.diff import QUANTITY_KEYS, contains, differences
+from kaiwo_ctrl.runtime.objects.diff import QUANTITY_KEYS, contains, differences
 
 
 def env(*pairs):

@@ -1,6 +1,6 @@
-"""runtime/expectations.py: read-your-writes, bounded, pruned, never leaking."""
+"""runtime/control/expectations.py: read-your-writes, bounded, pruned, never leaking."""
 
-from kaiwo_ctrl.runtime.expectations import Expectations
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 
 
 def obj(rv, name="a", status=None, **meta):

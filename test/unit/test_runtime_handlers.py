@@ -1,5 +1,5 @@
-from kaiwo_ctrl.runtime.handler import EnqueueMapped, EnqueueObject, EnqueueOwner, Request
-from kaiwo_ctrl.runtime.predicate import FieldsChanged, Filter, GenerationChanged, Not, Or, ResourceVersionChanged
+from kaiwo_ctrl.runtime.control.handler import EnqueueMapped, EnqueueObject, EnqueueOwner, Request
+from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Filter, GenerationChanged, Not, Or, ResourceVersionChanged
 
 
 def o(name, ns="ns", gen=1, rv="1", owners=(), labels=None):

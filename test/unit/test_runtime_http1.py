@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client pool (kaiwo_ctrl/runtime/http1.py) against a local aiohttp server."""
+"""The lean HTTP/1.1 client pool (kaiwo_ctrl/runtime/net/http1.py) against a local aiohttp server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from kaiwo_ctrl.runtime.http1 import ConnectError, Pool, RemoteClosed
+from kaiwo_ctrl.runtime.net.http1 import ConnectError, Pool, RemoteClosed
 from support import eventually
 
 

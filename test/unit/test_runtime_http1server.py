@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 server (kaiwo_ctrl/runtime/http1server.py), driven by aiohttp's client and raw sockets."""
+"""The lean HTTP/1.1 server (kaiwo_ctrl/runtime/net/http1server.py), driven by aiohttp's client and raw sockets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from kaiwo_ctrl.runtime.http1server import Request, Response, Server
+from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 from support import eventually
 
 

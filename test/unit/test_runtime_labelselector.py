@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.runtime.labelselector import (
+from kaiwo_ctrl.runtime.objects.labelselector import (
     MAX_REQUIREMENTS,
     MAX_SELECTOR_CHARS,
     SelectorError,

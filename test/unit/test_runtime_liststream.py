@@ -1,4 +1,4 @@
-"""A list response decoded item by item as it arrives (runtime/liststream.py)."""
+"""A list response decoded item by item as it arrives (runtime/api/liststream.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 import orjson
 import pytest
 
-from kaiwo_ctrl.runtime.liststream import ListSplitter, MalformedList
+from kaiwo_ctrl.runtime.api.liststream import ListSplitter, MalformedList
 
 MANAGED = [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:x]": {}}}}]
 

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from kaiwo_ctrl.runtime.names import (
+from kaiwo_ctrl.runtime.objects.names import (
     HASH_LENGTH,
     derived_name,
     is_dns1123_label,

@@ -1,14 +1,14 @@
-"""Packed values (runtime/packed.py): lossless, read through get_path and the
+"""Packed values (runtime/objects/packed.py): lossless, read through get_path and the
 object diff, and the packing transform keeps everything else as it was."""
 
 import copy
 
 import pytest
 
-from kaiwo_ctrl.runtime.diff import contains, differences
-from kaiwo_ctrl.runtime.informer import strip_managed_fields
-from kaiwo_ctrl.runtime.objpath import get_path
-from kaiwo_ctrl.runtime.packed import Packed, Packer, packing, unpack, unpacked
+from kaiwo_ctrl.runtime.objects.diff import contains, differences
+from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
+from kaiwo_ctrl.runtime.objects.objpath import get_path
+from kaiwo_ctrl.runtime.objects.packed import Packed, Packer, packing, unpack, unpacked
 
 TEMPLATE = {"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "m", "image": "x", "env": [
     {"name": "A", "value": "1"}]}], "restartPolicy": "Never"}}

@@ -8,8 +8,8 @@ import base64
 import pytest
 import yaml
 
-from kaiwo_ctrl.runtime import restconfig as client_mod
-from kaiwo_ctrl.runtime.restconfig import RestConfig
+from kaiwo_ctrl.runtime.api import restconfig as client_mod
+from kaiwo_ctrl.runtime.api.restconfig import RestConfig
 
 
 def write(tmp_path, user: dict, cluster: dict | None = None, **extra) -> str:

@@ -1,6 +1,6 @@
 import pytest
 
-from kaiwo_ctrl.runtime.store import OWNER_UID_INDEX, Store, index_by_label
+from kaiwo_ctrl.runtime.cache.store import OWNER_UID_INDEX, Store, index_by_label
 
 
 def obj(name, ns="a", labels=None, owners=(), rv="1"):

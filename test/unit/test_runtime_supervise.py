@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from kaiwo_ctrl.runtime import supervise as sup
-from kaiwo_ctrl.runtime.wire import LineSplitter
-from kaiwo_ctrl.runtime.controller import Controller
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.workqueue import WorkQueue
+from kaiwo_ctrl.runtime.process import supervise as sup
+from kaiwo_ctrl.runtime.api.wire import LineSplitter
+from kaiwo_ctrl.runtime.control.controller import Controller
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.control.workqueue import WorkQueue
 from support import eventually
 
 
@@ -25,7 +25,7 @@ async def test_crashed_task_is_logged_and_restarted(caplog):
         if len(runs) < 3:
             raise ValueError("boom")
 
-    with caplog.at_level(logging.ERROR, logger="kaiwo_ctrl.runtime.supervise"):
+    with caplog.at_level(logging.ERROR, logger="kaiwo_ctrl.runtime.process.supervise"):
         task = sup.supervise("flaky", flaky, initial_delay=0.001)
         await asyncio.wait_for(task, 5)
     assert len(runs) == 3
@@ -42,7 +42,7 @@ async def test_crash_loop_fails_the_health_check():
     task = sup.supervise("looping", always, initial_delay=0.001, max_delay=0.001)
     try:
         await eventually(lambda: "looping" in sup.crash_looping(), timeout=5, what="crash loop reported")
-        from kaiwo_ctrl.runtime.manager import _check_crash_loops
+        from kaiwo_ctrl.runtime.manager.manager import _check_crash_loops
 
         assert "looping" in (_check_crash_loops() or "")
     finally:

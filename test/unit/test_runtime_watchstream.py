@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from kaiwo_ctrl.runtime.watchstream import cut_managed_fields, decode_events
-from kaiwo_ctrl.runtime.wire import LineSplitter
+from kaiwo_ctrl.runtime.api.watchstream import cut_managed_fields, decode_events
+from kaiwo_ctrl.runtime.api.wire import LineSplitter
 
 MANAGED = [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1",
             "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:a": {}}},
@@ -84,7 +84,7 @@ def test_a_broken_line_raises_as_before():
 
 
 def test_write_answers_lose_only_their_own_managed_fields():
-    from kaiwo_ctrl.runtime.watchstream import decode_object_without_managed_fields
+    from kaiwo_ctrl.runtime.api.watchstream import decode_object_without_managed_fields
 
     obj = {"kind": "Job", "metadata": {"name": "j", "managedFields": MANAGED, "labels": {"a": "b"}}, "spec": {"x": [1, 2]}}
     out = decode_object_without_managed_fields(orjson.dumps(obj))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.serving.config import ConfigError, ConfigSource, load_config, parse_config
 from kaiwo_ctrl.serving.controller import bounded_replicas, feature_labels
 from kaiwo_ctrl.serving.files import desired_configmap, file_key

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaiwo_ctrl.runtime.apitypes import ApiError
+from kaiwo_ctrl.runtime.api.apitypes import ApiError
 from kaiwo_ctrl.serving.cache import FINALIZER, PVC_ANNOTATION_PREFIX, CacheManager, evict_job_name, pvc_name
 from kaiwo_ctrl.serving.config import parse_config
 

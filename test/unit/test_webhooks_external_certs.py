@@ -12,7 +12,7 @@ import datetime as dt
 from support import eventually
 
 from kaiwo_ctrl.cli import _webhook_options, build_parser
-from kaiwo_ctrl.runtime.certs import TinyCA
+from kaiwo_ctrl.runtime.net.certs import TinyCA
 from kaiwo_ctrl.webhooks import _publish_external_ca
 from kaiwo_ctrl.webhooks.tls import Material, ServingCert, TLSOptions, plan_secret
 

@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from cryptography import x509
 
-from kaiwo_ctrl.runtime.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.webhooks import registration as reg
 from kaiwo_ctrl.webhooks.jobs import FINALIZER, mutation, tracking_kaiwojob
 from kaiwo_ctrl.webhooks.server import MAX_LISTED_ERRORS, Verdict

@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kaiwo_ctrl.runtime.informer import strip_managed_fields
-from kaiwo_ctrl.runtime.packed import Packed, unpacked
-from kaiwo_ctrl.runtime.store import index_by_label, index_by_namespace, index_by_owner_uid
+from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
+from kaiwo_ctrl.runtime.objects.packed import Packed, unpacked
+from kaiwo_ctrl.runtime.cache.store import index_by_label, index_by_namespace, index_by_owner_uid
 from kaiwo_ctrl.serving.cache import LOADER_HASH_ANNOTATION, _loader_hash, job_complete, job_failure
 from kaiwo_ctrl.webhooks.finalizers import stuck
 from kaiwo_ctrl.webhooks.jobs import FINALIZER, controlled_by_kaiwojob, tracking_kaiwojob
@@ -40,7 +40,7 @@ from kaiwo_ctrl.workloads.kinds import KAIWOJOB
 from kaiwo_ctrl.workloads.kinds.mapping import adopted_job_owner
 from kaiwo_ctrl.workloads.observed import ObservedChildren
 from kaiwo_ctrl.workloads.status import observe
-from kaiwo_ctrl.runtime.apply import contains, differing_paths
+from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 from kaiwo_ctrl.workloads.world import World
 
 NODES = [{"metadata": {"name": f"g{i}", "labels": {"kaiwo/nodepool": "amd-mi300x-8gpu-64core-1024gi"}},

@@ -4,9 +4,9 @@ stay valid and distinct at any length."""
 
 import pytest
 
-from kaiwo_ctrl.runtime.quantity import QuantityError, parse_quantity
-from kaiwo_ctrl.runtime.fielderrors import FieldError
-from kaiwo_ctrl.runtime.names import is_dns1123_label
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
+from kaiwo_ctrl.runtime.objects.names import is_dns1123_label
 from kaiwo_ctrl.workloads.desired import desired_children, main_workload
 from kaiwo_ctrl.workloads.validation import SpecError
 from kaiwo_ctrl.workloads.world import World

@@ -1,7 +1,7 @@
 """Pods of a KaiwoService map back to it, also when its name is too long for a label value."""
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.names import label_value
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.objects.names import label_value
 from kaiwo_ctrl.workloads.kinds.mapping import service_pod_owner
 from kaiwo_ctrl.workloads.labels import LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 

@@ -3,11 +3,11 @@ import random
 
 import pytest
 
-from kaiwo_ctrl.runtime.ratelimit import (
+from kaiwo_ctrl.runtime.control.ratelimit import (
     ItemExponentialFailureRateLimiter,
     default_controller_rate_limiter,
 )
-from kaiwo_ctrl.runtime.workqueue import WorkQueue
+from kaiwo_ctrl.runtime.control.workqueue import WorkQueue
 
 
 class FakeClock:

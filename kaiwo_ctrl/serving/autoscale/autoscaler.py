@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kaiwo_ctrl.runtime.client import ApiError, Client
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 from kaiwo_ctrl.serving.autoscale.peers import scrape_active
 from kaiwo_ctrl.serving.proxy.scale import set_replicas
 from kaiwo_ctrl.serving.autoscale.window import ModelScaling, Window, decide, target_replicas, window_size

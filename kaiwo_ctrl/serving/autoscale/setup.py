@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.manager import Manager
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.autoscale.autoscaler import Autoscaler, AutoscalerConfig
 from kaiwo_ctrl.serving.autoscale.peers import peer_addresses
 

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.cache import Cache
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.resources import PODS
+from kaiwo_ctrl.runtime.cache.cache import Cache
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, least_load
 from kaiwo_ctrl.serving.proxy.score import endpoint_load, fresh, queued
 

@@ -15,7 +15,7 @@
   chunk as it arrives, reading paused while the client is slower. A stream
   the server breaks off is broken off for the client, and a client that goes
   away mid-answer closes the upstream connection (never reused).
-* The upstream hop is :class:`kaiwo_ctrl.runtime.http1.Pool` (keep-alive
+* The upstream hop is :class:`kaiwo_ctrl.runtime.net.http1.Pool` (keep-alive
   connections, httptools parser): about a third of the CPU per request of
   aiohttp's client, which dominated the proxy's cost.
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
-from kaiwo_ctrl.runtime.http1 import Pool
-from kaiwo_ctrl.runtime.http1 import Response as Upstream
-from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
+from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Response as Upstream
+from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 

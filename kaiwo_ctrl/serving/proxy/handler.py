@@ -28,8 +28,8 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from kaiwo_ctrl.runtime.http1 import Pool
-from kaiwo_ctrl.runtime.http1server import Request, Response, Streamed
+from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState

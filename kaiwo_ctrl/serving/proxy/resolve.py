@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from api.meta import parse_duration
-from kaiwo_ctrl.runtime.informer import Informer
-from kaiwo_ctrl.runtime.labelselector import Requirement, SelectorError, matches, parse_selector
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.objects.labelselector import Requirement, SelectorError, matches, parse_selector
 
 NAME_INDEX = "proxy-model-name"
 #: Per-Model request deadline (a Go duration such as ``90s`` or ``10m``); see README "Calling models".

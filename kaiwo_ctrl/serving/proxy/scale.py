@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy.scale")

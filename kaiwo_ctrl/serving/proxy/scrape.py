@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kaiwo_ctrl.runtime.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Pool
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, GroupKey
 from kaiwo_ctrl.serving.proxy.enginemetrics import BadMetrics, parse_engine_metrics

@@ -5,7 +5,7 @@ informers, registers the endpoint tracker on the Pod informer and returns a
 :class:`ProxyServer`; its ``run`` serves on ``bind`` until cancelled. It runs in
 every replica (not only the leader), after the caches have synced.
 
-The HTTP server is :mod:`kaiwo_ctrl.runtime.http1server` (httptools): about
+The HTTP server is :mod:`kaiwo_ctrl.runtime.net.http1server` (httptools): about
 half the CPU per request of aiohttp's server, which was the larger part of
 the proxy's own cost once the upstream hop had moved to the lean pool.
 """
@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.runtime.client import ApiError
-from kaiwo_ctrl.runtime.informerapi import Backoff
-from kaiwo_ctrl.runtime.http1server import Request, Response, Server, Streamed
-from kaiwo_ctrl.runtime.manager import Manager
+from kaiwo_ctrl.runtime.api.client import ApiError
+from kaiwo_ctrl.runtime.cache.informerapi import Backoff
+from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server, Streamed
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error

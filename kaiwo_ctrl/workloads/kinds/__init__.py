@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kaiwo_ctrl.kinds import LOCALQUEUES
-from kaiwo_ctrl.runtime.client import Resource
+from kaiwo_ctrl.runtime.api.client import Resource
 
 from .job import KAIWOJOB
 from .service import KAIWOSERVICE

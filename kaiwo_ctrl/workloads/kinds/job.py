@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kaiwo_ctrl.kinds import KAIWOJOBS, RAYJOBS
-from kaiwo_ctrl.runtime.resources import JOBS
+from kaiwo_ctrl.runtime.api.resources import JOBS
 
 from ..batchjob import build_batch_job
 from ..childstatus import batch_job_status, ray_job_status

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.handler import Request
-from kaiwo_ctrl.runtime.objpath import meta as _meta
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 from ..labels import LABEL_MANAGED, LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 

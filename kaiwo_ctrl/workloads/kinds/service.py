@@ -4,7 +4,7 @@ wrapping a RayService."""
 from __future__ import annotations
 
 from kaiwo_ctrl.kinds import APPWRAPPERS, KAIWOSERVICES, RAYSERVICES
-from kaiwo_ctrl.runtime.resources import DEPLOYMENTS
+from kaiwo_ctrl.runtime.api.resources import DEPLOYMENTS
 
 from ..childstatus import deployment_status, ray_service_status
 from ..deployment import build_deployment

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from kaiwo_ctrl.runtime.client import Resource
-from kaiwo_ctrl.runtime.handler import Request
+from kaiwo_ctrl.runtime.api.client import Resource
+from kaiwo_ctrl.runtime.control.handler import Request
 
 from ..gpu import GpuPlan
 from ..kaiwoobject import KaiwoObject

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaiwo_ctrl.runtime.resources import CONFIGMAPS, JOBS, PVCS
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PVCS
 
 from ..storage import build_download_configmap, build_download_job, build_pvc
 from .spec import Build, ChildSpec

@@ -5,35 +5,22 @@ to kwok (kaiwo_ctrl.local.kwokstreams)."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from e2e.conftest import E2E_FORWARD_TARGET
+from support.echoserver import serve_echo
 from e2e.test_kueue_admission import NS, queue_ready  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
 
 KAIWO = Path(sys.executable).parent / "kaiwo"
-
-
-class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = f"pod port 8080 saw {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_submit_then_logs_exec_and_port_forward(queue_ready, sim_plane, tmp_path):
@@ -56,8 +43,7 @@ def test_submit_then_logs_exec_and_port_forward(queue_ready, sim_plane, tmp_path
     r = kaiwo("exec", "cli-streams", "--", "sh", "-c", "echo from-the-pod; exit 3")
     assert (r.returncode, r.stdout) == (3, "from-the-pod\n"), r.stderr
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", E2E_FORWARD_TARGET), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_echo("pod port 8080", E2E_FORWARD_TARGET)
     pf = subprocess.Popen([str(KAIWO), "port-forward", "cli-streams", ":8080"], env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

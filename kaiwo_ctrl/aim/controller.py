@@ -32,7 +32,7 @@ from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
-from kaiwo_ctrl.runtime.api.resources import NAMESPACES, discover
+from kaiwo_ctrl.runtime.api.resources import NAMESPACES, served
 from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, route_token
 from kaiwo_ctrl.settings import operator_namespace
 
@@ -290,16 +290,7 @@ class AIMReconciler:
 
 async def gateway_api_served(mgr: Manager) -> bool:
     """Whether the cluster serves the Gateway API kinds the controller watches."""
-    for res in (HTTPROUTES, GATEWAYS, REFERENCEGRANTS):
-        try:
-            await discover(mgr.client, res.group, res.version, res.kind)
-        except LookupError:
-            return False
-        except ApiError as e:
-            if e.not_found:
-                return False
-            raise
-    return True
+    return await served(mgr.client, HTTPROUTES, GATEWAYS, REFERENCEGRANTS)
 
 
 def setup(mgr: Manager, *, operator_ns: str | None = None, tracer: Any = None) -> AIMReconciler:

@@ -32,7 +32,7 @@ from kaiwo_ctrl.runtime.objects.diff import contains
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
-from kaiwo_ctrl.runtime.api.resources import discover
+from kaiwo_ctrl.runtime.api.resources import served as kinds_served
 from kaiwo_ctrl.settings import settings_for
 
 from .engines import PORT
@@ -146,15 +146,7 @@ class PoolReconciler:
 
 async def served(mgr: Manager) -> bool:
     """Whether the cluster serves InferencePool (the Inference Extension's CRD is installed)."""
-    try:
-        await discover(mgr.client, INFERENCEPOOLS.group, INFERENCEPOOLS.version, INFERENCEPOOLS.kind)
-    except LookupError:
-        return False
-    except ApiError as e:
-        if e.not_found:
-            return False
-        raise
-    return True
+    return await kinds_served(mgr.client, INFERENCEPOOLS)
 
 
 def setup(mgr: Manager) -> PoolReconciler:

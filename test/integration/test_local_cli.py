@@ -108,24 +108,10 @@ def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
 
 
 def _http_target():
-    """A local HTTP server answering GET with its path, in a thread (the port-forward target)."""
-    import http.server
-    import threading
+    """The port-forward target: a local HTTP server answering GET with its path."""
+    from support.echoserver import serve_echo
 
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = f"target saw {self.path}".encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_echo("target")
 
 
 def _streams_through_kwok(kubectl: list[str], get, d: Path) -> None:

@@ -6,7 +6,7 @@ found at run time with :func:`discover`.
 
 from __future__ import annotations
 
-from kaiwo_ctrl.runtime.api.client import Client, Resource
+from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
@@ -33,3 +33,18 @@ async def discover(client: Client, group: str, version: str, kind: str) -> Resou
         if r.get("kind") == kind and "/" not in r["name"]:
             return Resource(group, version, r["name"], kind, bool(r.get("namespaced")))
     raise LookupError(f"{kind} not served at {path}")
+
+
+async def served(client: Client, *resources: Resource) -> bool:
+    """Whether the API server serves every one of these kinds (an optional CRD is
+    installed); any other failure of discovery is raised."""
+    for res in resources:
+        try:
+            await discover(client, res.group, res.version, res.kind)
+        except LookupError:
+            return False
+        except ApiError as e:
+            if e.not_found:
+                return False
+            raise
+    return True

@@ -29,6 +29,10 @@ class Simulation:
     exec_: bool = True
 
 
+#: the simulated Pods' addresses (loopback; clear of the 127.0.0.x the tests' fake servers use)
+POD_CIDR = "127.64.0.0/16"
+
+
 def component_args(
     name: str, binary: Callable[[str], Path], kubeconfig: Path, directory: Path, kwok_stages: Path | None,
     sim: Simulation | None = None,
@@ -69,6 +73,10 @@ def component_args(
             f"--config={cfg}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # simulated Pods get loopback addresses: anything that connects to a Pod IP
+            # (the proxy, the engine-metrics scraper) stays on this machine (kwok's
+            # default, 10.0.0.0/24, would send it to the network)
+            f"--cidr={POD_CIDR}",
             *kwokstreams.kwok_args(sim.certs, free_port()),
         ]
     raise ControlPlaneError(f"unknown component {name!r}")

@@ -125,6 +125,12 @@ def _streams_through_kwok(kubectl: list[str], get, d: Path) -> None:
     subprocess.run(kubectl + ["apply", "-f", "-"], input=yaml.safe_dump(pod), text=True, check=True, capture_output=True)
     wait_until(lambda: get("pod", "web").get("status", {}).get("phase") == "Running", timeout=60, interval=0.5,
                what="the pod runs")
+    # kwok gives simulated Pods loopback addresses, so a connection to one never leaves the machine
+    import ipaddress
+
+    from kaiwo_ctrl.local.components import POD_CIDR
+
+    assert ipaddress.ip_address(get("pod", "web")["status"]["podIP"]) in ipaddress.ip_network(POD_CIDR)
     logs = subprocess.run(kubectl + ["logs", "web"], capture_output=True, text=True, timeout=60)
     assert logs.returncode == 0 and "simulated container on a kwok node" in logs.stdout, logs.stderr
     ex = subprocess.run(kubectl + ["exec", "web", "--", "sh", "-c", "echo in-pod; exit 3"], capture_output=True,

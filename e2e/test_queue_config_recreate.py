@@ -92,9 +92,47 @@ def restart(operator: OperatorProcess) -> None:
     wait_for(ready, 120, "operator /readyz after the restart")
 
 
+def _owner_path(obj: dict, ns: str | None) -> str | None:
+    """The API path of an object's controlling owner (Job, Pod, AppWrapper, RayJob, KaiwoJob, ...)."""
+    ref = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    if not ref:
+        return None
+    base = "/api/v1" if ref["apiVersion"] == "v1" else f"/apis/{ref['apiVersion']}"
+    where = f"/namespaces/{ns}" if ns else ""
+    return f"{base}{where}/{ref['kind'].lower()}s/{ref['name']}"
+
+
+def drain(admin, cluster_queue: str) -> None:
+    """Delete what holds quota in ``cluster_queue``: Kueue keeps a ClusterQueue (and so its
+    flavors and their Topology) while workloads are admitted to it, so workloads other
+    tests left running on this shared plane would keep the old objects terminating for as
+    long as they run, which is Kueue's rule, not the race this test is about. Each
+    workload's top owner (a KaiwoJob or KaiwoService where there is one) is deleted."""
+    for wl in get(admin, f"{KUEUE}/workloads")["items"]:
+        if ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") != cluster_queue:
+            continue
+        ns = wl["metadata"]["namespace"]
+        path, top = _owner_path(wl, ns), None
+        while path:
+            obj = get(admin, path)
+            if obj is None:
+                break
+            top, path = path, _owner_path(obj, ns)
+        if top:
+            r = admin.delete(top, params={"propagationPolicy": "Background"})
+            assert r.status_code in (200, 202, 404), r.text
+
+    def free():
+        st = (get(admin, f"{KUEUE}/clusterqueues/{cluster_queue}") or {}).get("status") or {}
+        return not st.get("reservingWorkloads") and not st.get("admittedWorkloads")
+
+    wait_for(free, 120, f"ClusterQueue {cluster_queue} drained of other tests' workloads")
+
+
 def test_queue_config_recreated_while_its_topology_terminates_converges(operator, admin, kubectl):
     # start from the operator's own default queue config, whose flavors name default-topology
     first = wait_for(lambda: get(admin, QUEUE_CONFIG), 120, "a queue config (the operator's start-up makes one)")
+    drain(admin, "kaiwo")
     kubectl("delete", "kaiwoqueueconfig", "kaiwo", "--wait=false")
     try:
         qc = wait_for(lambda: converged(admin, first["metadata"]["uid"]), 120, "the default queue config READY")

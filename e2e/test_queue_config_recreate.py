@@ -102,14 +102,15 @@ def _owner_path(obj: dict, ns: str | None) -> str | None:
     return f"{base}{where}/{ref['kind'].lower()}s/{ref['name']}"
 
 
-def drain(admin, cluster_queue: str) -> None:
-    """Delete what holds quota in ``cluster_queue``: Kueue keeps a ClusterQueue (and so its
+def drain(admin, cluster_queues: set[str]) -> None:
+    """Delete what holds quota in ``cluster_queues``: Kueue keeps a ClusterQueue (and so its
     flavors and their Topology) while workloads are admitted to it, so workloads other
-    tests left running on this shared plane would keep the old objects terminating for as
-    long as they run, which is Kueue's rule, not the race this test is about. Each
-    workload's top owner (a KaiwoJob or KaiwoService where there is one) is deleted."""
+    tests left running on this shared plane (KaiwoJobs, Models' Pods) would keep the old
+    objects terminating for as long as they run, which is Kueue's rule, not the race this
+    test is about. Each workload's top owner (a KaiwoJob, KaiwoService or Model where there
+    is one) is deleted."""
     for wl in get(admin, f"{KUEUE}/workloads")["items"]:
-        if ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") != cluster_queue:
+        if ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") not in cluster_queues:
             continue
         ns = wl["metadata"]["namespace"]
         path, top = _owner_path(wl, ns), None
@@ -123,16 +124,19 @@ def drain(admin, cluster_queue: str) -> None:
             assert r.status_code in (200, 202, 404), r.text
 
     def free():
-        st = (get(admin, f"{KUEUE}/clusterqueues/{cluster_queue}") or {}).get("status") or {}
-        return not st.get("reservingWorkloads") and not st.get("admittedWorkloads")
+        for name in cluster_queues:
+            st = (get(admin, f"{KUEUE}/clusterqueues/{name}") or {}).get("status") or {}
+            if st.get("reservingWorkloads") or st.get("admittedWorkloads"):
+                return False
+        return True
 
-    wait_for(free, 120, f"ClusterQueue {cluster_queue} drained of other tests' workloads")
+    wait_for(free, 120, f"ClusterQueues {sorted(cluster_queues)} drained of other tests' workloads")
 
 
 def test_queue_config_recreated_while_its_topology_terminates_converges(operator, admin, kubectl):
     # start from the operator's own default queue config, whose flavors name default-topology
     first = wait_for(lambda: get(admin, QUEUE_CONFIG), 120, "a queue config (the operator's start-up makes one)")
-    drain(admin, "kaiwo")
+    drain(admin, {cq["name"] for cq in first["spec"].get("clusterQueues") or []} | {"kaiwo"})
     kubectl("delete", "kaiwoqueueconfig", "kaiwo", "--wait=false")
     try:
         qc = wait_for(lambda: converged(admin, first["metadata"]["uid"]), 120, "the default queue config READY")

@@ -9,6 +9,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
+from kaiwo_ctrl.runtime.net.http1body import BodyStream
 from kaiwo_ctrl.runtime.net.http1common import encode_head, first_header
 
 Headers = Iterable[tuple[bytes, bytes]]
@@ -79,7 +80,7 @@ class Streamed:
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "version", "keep_alive", "reserved", "_conn", "_streamed")
+    __slots__ = ("method", "path", "query", "headers", "body", "body_stream", "version", "keep_alive", "reserved", "_conn", "_streamed")
 
     def __init__(self, conn: Any, method: str, url: bytes, version: str, keep_alive: bool, headers: list[tuple[bytes, bytes]]) -> None:
         path, _, query = url.partition(b"?")
@@ -88,6 +89,7 @@ class Request:
         self.query = query.decode("latin-1")  # raw query string, without "?"
         self.headers = headers  # as received, in order
         self.body: bytes | bytearray = b""  # whole; a bytearray when it came in several reads (not copied again)
+        self.body_stream: BodyStream | None = None  # instead, when the server streams the body to the handler
         self.version = version
         self.keep_alive = keep_alive
         self.reserved = 0  # bytes of the server's body budget held for this request
@@ -105,6 +107,8 @@ class Request:
         """Send the status line and headers now; the body follows in :meth:`Streamed.write`:
         ``length`` bytes when given, else chunked (HTTP/1.1) or up to the connection's end."""
         conn = self._conn
+        if self.body_stream is not None and not self.body_stream.complete:
+            self.keep_alive = False  # answered before its body ended: the connection closes after the rest
         chunked = self.version == "1.1" and length is None
         if length is not None:
             extra = b"Content-Length: %d\r\n\r\n" % length

@@ -1,6 +1,6 @@
 """The client side's answer to one request (:mod:`kaiwo_ctrl.runtime.net.http1`):
 headers as received, the body read whole or iterated as it arrives, and the
-hand-back of its connection to the pool."""
+hand-back of its connection to the pool; and the client's errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,26 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kaiwo_ctrl.runtime.net.http1common import first_header
+
+
+class TransportError(OSError):
+    """The exchange failed below HTTP: no connection, a broken one, or garbage."""
+
+
+class ConnectError(TransportError):
+    pass
+
+
+class RemoteClosed(TransportError):
+    pass
+
+
+class ProtocolError(TransportError):
+    pass
+
+
+class HeadTooLarge(ProtocolError):
+    """The answer's head is longer than the pool's ``max_head_bytes``."""
 
 
 class Response:

@@ -6,7 +6,9 @@
 * Up to 3 retries (4 attempts) on a transport error or a 500/502/503/504
   answer, each on a newly chosen endpoint (one not yet tried when there is
   one). After the last attempt a 5xx answer passes through and a transport
-  error becomes 502.
+  error becomes 502. A streamed request body (a multipart upload) cannot be
+  sent twice: once any of it went out, there is no retry (a transport error is
+  a 502, a 5xx answer passes through), and that connection is never reused.
 * ``Expect`` is answered by the proxy's own server (``100 Continue``) and
   never forwarded: a model server's interim answer must not reach the client.
 * Bodies are never decoded: a response with a Content-Length up to
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
-from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
@@ -88,7 +90,7 @@ async def forward(
     request: Request,
     pool: Pool,
     path: str,
-    body: bytes | bytearray,
+    body: bytes | bytearray | StreamBody,
     headers: list[tuple[bytes, bytes]],
     acquire: Acquire,
     release: Release,
@@ -106,10 +108,12 @@ async def forward(
             try:
                 up = await pool.request(method, ep.address, path, headers, body)
             except OSError as e:  # http1.TransportError, or the read timeout
+                last = last or _spent(body)
                 if last:
                     raise UpstreamFailed(str(e) or type(e).__name__) from e
                 on_retry("transport")
                 continue
+            last = last or _spent(body)
             try:
                 if up.status in RETRY_STATUSES and not last:
                     on_retry(str(up.status))
@@ -129,6 +133,11 @@ async def forward(
         finally:
             release(ep)
     raise AssertionError("unreachable")
+
+
+def _spent(body: bytes | bytearray | StreamBody) -> bool:
+    """The body cannot be sent again (a stream of which some went out)."""
+    return isinstance(body, StreamBody) and body.started
 
 
 async def relay(request: Request, up: Upstream) -> Streamed:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible routes.
 
 ``/openai/v1/<route>`` names the Model in the body (JSON ``model``, or the
-``model`` part of a multipart form, which is taken out before forwarding);
+``model`` part of a multipart form, which is taken out before forwarding:
+see :mod:`kaiwo_ctrl.serving.proxy.multipart`);
 ``/<namespace>/<model>/v1/<route>`` names it in the path (a body ``model`` of
 ``<model>_<adapter>`` still picks an adapter). The upstream path is
 ``/v1/<route>`` with the query string kept.
@@ -14,13 +15,17 @@ has its own bound (504 either way). Errors are OpenAI-style JSON:
 ``{"error": {"message", "type", "code"}}``; no exception text reaches a client.
 A body the proxy cannot parse, or cannot encode again after the ``model``
 rewrite (nested deeper than orjson's limit), is a 400.
+
+JSON bodies are held whole (routing needs their ``model``, PrefixHash hashes
+their prompt; ``max_body_bytes`` and the body memory bound them). A multipart
+form with a Content-Length streams (:meth:`ProxyHandler.stream_hold`): only its
+prefix up to the ``model`` part is held, the rest goes on as it arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import Any
 
@@ -28,7 +33,8 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
+from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
@@ -36,6 +42,7 @@ from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
@@ -45,7 +52,6 @@ log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 CONNECT_TIMEOUT = 5.0
 JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank"})  # rerank: Reranking Models (KubeAI 0.22)
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
-_MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
 
 
@@ -61,27 +67,6 @@ def error_response(status: int, message: str, **extra: Any) -> Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
            "code": status, **extra}
     return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
-
-
-def split_multipart_model(body: bytes | bytearray, boundary: str) -> tuple[str | None, bytes | bytearray]:
-    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form).
-
-    The part is found in place and the rest is made in one copy (an audio upload
-    may be tens of MB); a body without a model part is returned as it is."""
-    delim = b"--" + boundary.encode()
-    pos = body.find(delim)
-    while pos != -1:
-        start = pos + len(delim)
-        nxt = body.find(delim, start)
-        if nxt == -1 or body.startswith(b"--", start):
-            break  # the closing delimiter, or no part after it
-        head_end = body.find(b"\r\n\r\n", start, nxt)
-        if head_end != -1 and _MODEL_PART.search(body, start, head_end):
-            model = bytes(body[head_end + 4:nxt]).removesuffix(b"\r\n").decode(errors="replace").strip()
-            view = memoryview(body)
-            return model, b"".join((view[:pos], view[nxt:]))
-        pos = nxt
-    return None, body
 
 
 class ProxyHandler:
@@ -123,17 +108,29 @@ class ProxyHandler:
         return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
 
     # -------------------------------------------------------------- proxy
+    def stream_hold(self, request: Request) -> int | None:
+        """For the server, once a head is in: a multipart form streams, its handler holding at most
+        the model part's window and one read; anything else (JSON: routing needs all of it) is read whole."""
+        if request.method != "POST" or _mimetype(request)[0] != "multipart/form-data":
+            return None
+        return self.limits.multipart_model_window + STREAM_BUFFER
+
+    async def _read_stream(self, request: Request, path_model: str | None) -> tuple[str, StreamBody]:
+        """(requested model name, the rest of the form to forward as it comes) of a streamed form."""
+        assert request.body_stream is not None
+        boundary = check_boundary(dict(_params(_mimetype(request)[1])).get("boundary"))
+        model, body = await take_model_part(request.body_stream, boundary, self.limits.multipart_model_window)
+        if not model and not path_model:
+            raise ProxyError(400, "bad request: missing 'model' form field")
+        return model or path_model or "", body
+
     def _read(self, request: Request, route: str, path_model: str | None) -> tuple[str, bytes | bytearray, Any]:
         """(requested model name, body to forward, parsed JSON body or None)."""
         body = request.body
-        raw_ctype = request.header(b"content-type")
-        ctype = raw_ctype.decode("latin-1") if raw_ctype else ""
-        mimetype = ctype.partition(";")[0].strip().lower()
+        mimetype, ctype = _mimetype(request)
         if mimetype == "multipart/form-data":
-            boundary = dict(_params(ctype)).get("boundary")
-            if not boundary:
-                raise ProxyError(400, "bad request: multipart body without a boundary")
-            model, body = split_multipart_model(body, boundary)
+            boundary = check_boundary(dict(_params(ctype)).get("boundary"))
+            model, body = split_multipart_model(body, boundary.decode())
             request.body = b""  # only the form as forwarded is kept
             if not model and not path_model:
                 raise ProxyError(400, "bad request: missing 'model' form field")
@@ -158,8 +155,12 @@ class ProxyHandler:
     async def proxy(self, request: Request, route: str, namespace: str | None = None, path_model: str | None = None) -> Response | Streamed:
         """``POST /openai/v1/<route>``, or ``/<namespace>/<model>/v1/<route>``."""
         t0 = time.perf_counter()
+        body: bytes | bytearray | StreamBody
         try:
-            requested, body, parsed = self._read(request, route, path_model)
+            if request.body_stream is not None:
+                (requested, body), parsed = await self._read_stream(request, path_model), None
+            else:
+                requested, body, parsed = self._read(request, route, path_model)
             if path_model is not None and requested.partition("_")[0] != path_model:
                 requested = path_model  # the path names the Model; a body model naming another one is ignored
             target = self.resolver.resolve(requested, _selectors(request), namespace)
@@ -169,7 +170,7 @@ class ProxyHandler:
         st = self._state(target)
         if st.prefix is not None:  # PrefixHash: the prompt's prefix, taken before the parsed body goes
             key = target.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
-        if parsed is not None and parsed.get("model") != target.forward_name:
+        if parsed is not None and parsed.get("model") != target.forward_name and not isinstance(body, StreamBody):
             parsed["model"] = target.forward_name
             request.body = body = b""  # the one copy the rewrite needs replaces the body as received
             try:
@@ -187,7 +188,8 @@ class ProxyHandler:
             st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
         return st
 
-    async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray, key: str, t0: float) -> Response | Streamed:
+    async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray | StreamBody, key: str,
+                     t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
         ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
@@ -216,7 +218,7 @@ class ProxyHandler:
                 self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _attempt(
-        self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray,
+        self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray | StreamBody,
     ) -> Response | Streamed:
         try:
             if self.scaler is not None:
@@ -271,6 +273,13 @@ def _listed_as(entry_id: str, namespace: str | None, model: str) -> bool:
     without a namespace is a name only one namespace has (the one the path resolved to)."""
     ns, _, rest = entry_id.rpartition("/")
     return rest.partition("_")[0] == model and (not ns or ns == namespace)
+
+
+def _mimetype(request: Request) -> tuple[str, str]:
+    """(the Content-Type's media type, lower-case; the whole header)."""
+    raw = request.header(b"content-type")
+    ctype = raw.decode("latin-1") if raw else ""
+    return ctype.partition(";")[0].strip().lower(), ctype
 
 
 def _params(ctype: str) -> list[tuple[str, str]]:

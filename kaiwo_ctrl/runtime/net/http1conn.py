@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Any
 
 import httptools
 
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream
 from kaiwo_ctrl.runtime.net.http1common import WriteFlow
 from kaiwo_ctrl.runtime.net.http1message import Request, Response, response_head
-
-if TYPE_CHECKING:
-    from kaiwo_ctrl.runtime.net.http1server import Server
 
 log = logging.getLogger("kaiwo_ctrl.runtime.net.http1server")
 
@@ -24,7 +21,7 @@ _NEVER = float("inf")
 
 
 class _Conn(WriteFlow):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Any) -> None:  # an http1server.Server (not imported: it imports this module)
         super().__init__()
         self.server = server
         self.loop = server.loop
@@ -243,8 +240,9 @@ class _Conn(WriteFlow):
         assert req is not None
         self._current = None
         self._disarm()
-        if self._stream is not None:  # its handler runs already
-            self._stream, stream = None, self._stream
+        stream = self._stream
+        if stream is not None:  # its handler runs already
+            self._stream = None
             stream.end()
             if self._lingering:
                 self.close()

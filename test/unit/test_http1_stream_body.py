@@ -97,6 +97,20 @@ async def test_streamed_body_reaches_the_handler_as_it_arrives_reserving_only_it
     assert server.budget.free == BUDGET
 
 
+async def test_expect_100_continue_is_answered_before_a_streamed_body(served):
+    """curl asks ``Expect: 100-continue`` for uploads over 1 MiB: the interim answer comes first, once."""
+    app, server, port = served
+    data = payload(3 << 20)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head(len(data), b"Expect: 100-continue", b"Connection: close"))
+    async with asyncio.timeout(10):
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(data)
+    out = await read_all(reader)
+    writer.close()
+    assert statuses(out) == [200] and out.endswith(hashlib.sha256(data).hexdigest().encode())
+
+
 async def test_a_handler_that_does_not_read_pauses_the_client_without_a_408(served):
     app, server, port = served
     app.gate.clear()

@@ -112,6 +112,8 @@ class ProxyHandler:
         """For the server, once a head is in: a multipart form streams, its handler holding at most
         the model part's window and one read; anything else (JSON: routing needs all of it) is read whole."""
         if request.method != "POST" or _mimetype(request)[0] != "multipart/form-data":
+            # JSON stays whole: routing needs its model and PrefixHash its prompt (bounded by
+            # --proxy-max-body-size and the process's body memory)
             return None
         return self.limits.multipart_model_window + STREAM_BUFFER
 
@@ -170,7 +172,7 @@ class ProxyHandler:
         st = self._state(target)
         if st.prefix is not None:  # PrefixHash: the prompt's prefix, taken before the parsed body goes
             key = target.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
-        if parsed is not None and parsed.get("model") != target.forward_name and not isinstance(body, StreamBody):
+        if parsed is not None and parsed.get("model") != target.forward_name:
             parsed["model"] = target.forward_name
             request.body = body = b""  # the one copy the rewrite needs replaces the body as received
             try:

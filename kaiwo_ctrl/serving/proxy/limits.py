@@ -1,4 +1,5 @@
-"""The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``).
+"""The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``),
+except ``multipart_model_window`` so far (1 MiB).
 
 ``body_memory`` bounds the request bodies of all connections together (the
 operator's container has 2 GiB). Per connection the bounds are: request heads of at most

@@ -14,6 +14,8 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
+Chunk = bytes | bytearray | memoryview
+
 #: bytes a streamed request body may wait unread in the server before it stops reading from the client
 STREAM_BUFFER = 256 << 10
 
@@ -92,12 +94,12 @@ class StreamBody:
 
     __slots__ = ("length", "_chunks", "started", "sent")
 
-    def __init__(self, length: int, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, length: int, chunks: AsyncIterator[Chunk]) -> None:
         self.length, self._chunks = length, chunks
         self.started = False
         self.sent = 0  # bytes taken from ``chunks`` so far
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def __aiter__(self) -> AsyncIterator[Chunk]:
         if self.started:
             raise RuntimeError("a streamed body can be sent once")
         self.started = True

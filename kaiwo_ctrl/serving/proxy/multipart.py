@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 
-from kaiwo_ctrl.runtime.net.http1body import BodyStream, StreamBody
+from kaiwo_ctrl.runtime.net.http1body import BodyStream, Chunk, StreamBody
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError
 
 _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
@@ -124,6 +124,7 @@ async def take_model_part(stream: BodyStream, boundary: bytes, window: int) -> t
     async for chunk in chunks:
         if scan.feed(chunk):
             break
+        del chunk  # held in the scanner's buffer only
         if scan.over:
             raise ProxyError(400, f"bad request: the 'model' form field must come within the first {window} bytes "
                                   "of the form (put it before the file)")
@@ -134,12 +135,11 @@ async def take_model_part(stream: BodyStream, boundary: bytes, window: int) -> t
     return scan.model, StreamBody(stream.length - (span[1] - span[0]), _then([view[:span[0]], view[span[1]:]], chunks))
 
 
-async def _then(held: list[bytes | bytearray | memoryview], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The held prefix, then the rest of the client's body as it comes (the prefix is let go once sent)."""
+async def _then(held: list[Chunk], rest: AsyncIterator[bytes]) -> AsyncIterator[Chunk]:
+    """The held prefix (not copied again), then the rest of the client's body as it comes."""
     while held:
         part = held.pop(0)
         if part:
-            yield bytes(part)
-    del held
+            yield part
     async for chunk in rest:
         yield chunk

@@ -8,7 +8,10 @@ import hashlib
 
 import pytest
 
-from kaiwo_ctrl.runtime.net.http1body import BodyStream
+from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream
+from kaiwo_ctrl.runtime.net.http1server import Request
+from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.multipart import ModelPartScanner, check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError
 
@@ -145,3 +148,24 @@ async def test_take_model_part_of_a_form_without_one():
     form = FILE + end()
     model, body = await take_model_part(_stream(form, 10), B.encode(), 64 << 10)
     assert model is None and await _collect(body) == form and body.length == len(form)
+
+
+def _request(method: str, ctype: bytes | None) -> Request:
+    headers = [(b"Content-Type", ctype)] if ctype is not None else []
+    return Request(None, method, b"/openai/v1/audio/transcriptions", "1.1", True, headers)
+
+
+@pytest.mark.parametrize("method, ctype, streams", [
+    ("POST", b"multipart/form-data; boundary=abc", True),
+    ("POST", b" Multipart/Form-Data ;boundary=abc", True),
+    ("POST", b"application/json", False),
+    ("POST", None, False),
+    ("POST", b"text/plain", False),
+    ("PUT", b"multipart/form-data; boundary=abc", False),
+])
+def test_only_multipart_posts_stream_json_stays_whole(method, ctype, streams):
+    """The server asks the handler per request head: a form streams (holding the model-part
+    window and one read), JSON is read whole (routing needs its model, PrefixHash its prompt)."""
+    handler = ProxyHandler.__new__(ProxyHandler)
+    handler.limits = ProxyLimits(multipart_model_window=123)
+    assert handler.stream_hold(_request(method, ctype)) == (123 + STREAM_BUFFER if streams else None)

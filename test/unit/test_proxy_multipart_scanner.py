@@ -8,7 +8,8 @@ import hashlib
 
 import pytest
 
-from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream
+from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream, StreamBody
+from kaiwo_ctrl.runtime.net.http1budget import BudgetBusy
 from kaiwo_ctrl.runtime.net.http1server import Request
 from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
@@ -115,8 +116,8 @@ def test_odd_but_valid_boundaries_are_literal(boundary):
     assert scan_in(form, 3, boundary=boundary).model == "m"
 
 
-def _stream(form: bytes, size: int) -> BodyStream:
-    s = BodyStream(len(form), lambda: None)
+def _stream(form: bytes, size: int, hold=None) -> BodyStream:
+    s = BodyStream(len(form), lambda: None, hold)
     for i in range(0, len(form), size):
         s.feed(form[i:i + size])
     s.end()
@@ -132,22 +133,64 @@ async def test_take_model_part_hands_on_the_rest_with_its_length(size):
     data = bytes(range(256)) * 4096  # 1 MiB of file
     form = MODEL + part("file", data, '; filename="a.wav"') + end()
     model, body = await take_model_part(_stream(form, size), B.encode(), 64 << 10)
+    assert isinstance(body, StreamBody), "model part first: the rest streams"
     out = await _collect(body)
     assert model == "whisper-1" and body.length == len(form) - len(MODEL) == len(out)
     assert hashlib.sha256(out).digest() == hashlib.sha256(part("file", data, '; filename="a.wav"') + end()).digest()
 
 
-async def test_take_model_part_past_the_window_is_400_naming_the_field():
+class Hold:
+    """Stands in for the server's budget: records how much of the stream was unread when asked."""
+
+    def __init__(self, busy: bool = False) -> None:
+        self.calls: list[int] = []
+        self.busy = busy
+        self.stream: BodyStream | None = None
+
+    async def __call__(self) -> None:
+        assert self.stream is not None
+        self.calls.append(self.stream.buffered)
+        if self.busy:
+            raise BudgetBusy("spent")
+
+
+def _held_stream(form: bytes, size: int, hold: Hold) -> BodyStream:
+    hold.stream = s = _stream(form, size, hold)
+    return s
+
+
+@pytest.mark.parametrize("size", [1000, 4096, 32 << 10])
+async def test_model_part_past_the_window_holds_the_form_whole_after_taking_the_budget(size):
+    """The file first, as OpenAI's curl example sends it: the form is held whole (the budget asked
+    once, while most of it was still unread) and forwarded whole, less its model part."""
+    file = part("file", bytes(range(256)) * 1024, '; filename="a.wav"')  # 256 KiB
+    form = part("language", "en") + file + MODEL + end()
+    hold = Hold()
+    model, body = await take_model_part(_held_stream(form, size, hold), B.encode(), 64 << 10)
+    assert model == "whisper-1" and isinstance(body, bytearray)
+    assert bytes(body) == part("language", "en") + file + end()
+    assert len(hold.calls) == 1 and hold.calls[0] >= len(form) - (64 << 10) - 2 * size, "asked before the rest was read"
+
+
+async def test_model_part_past_the_window_with_the_budget_spent_is_503():
     form = part("file", b"\0" * (128 << 10), '; filename="a.wav"') + MODEL + end()
     with pytest.raises(ProxyError) as e:
-        await take_model_part(_stream(form, 4096), B.encode(), 64 << 10)
-    assert e.value.status == 400 and "'model' form field" in e.value.message
+        await take_model_part(_held_stream(form, 4096, Hold(busy=True)), B.encode(), 64 << 10)
+    assert e.value.status == 503 and "busy" in e.value.message
+
+
+async def test_form_without_a_model_part_past_the_window_is_read_whole():
+    """No model part at all: the whole form comes back (the handler answers 400 unless the path names the Model)."""
+    form = part("file", b"\1" * (128 << 10), '; filename="a.wav"') + end()
+    hold = Hold()
+    model, body = await take_model_part(_held_stream(form, 4096, hold), B.encode(), 64 << 10)
+    assert model is None and bytes(body) == form and len(hold.calls) == 1
 
 
 async def test_take_model_part_of_a_form_without_one():
     form = FILE + end()
     model, body = await take_model_part(_stream(form, 10), B.encode(), 64 << 10)
-    assert model is None and await _collect(body) == form and body.length == len(form)
+    assert isinstance(body, StreamBody) and model is None and await _collect(body) == form and body.length == len(form)
 
 
 def _request(method: str, ctype: bytes | None) -> Request:

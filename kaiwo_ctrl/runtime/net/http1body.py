@@ -5,14 +5,17 @@ arrives (:class:`BodyStream`), and one the client sends as it is produced
 A :class:`BodyStream` is fed by the server's parser and read by the handler
 (``async for chunk in request.chunks()``). The server pauses reading from the
 client while more than ``STREAM_BUFFER`` bytes wait unread (so it holds at most
-that and one read beyond), and resumes once the handler has taken them.
+that and one read beyond), and resumes once the handler has taken them. Its
+reservation of the server's body budget covers only what the handler said it
+holds; a handler that must hold the whole body after all calls
+:meth:`BodyStream.hold_whole` first.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 Chunk = bytes | bytearray | memoryview
 
@@ -23,9 +26,10 @@ STREAM_BUFFER = 256 << 10
 class BodyStream:
     """The body of one request, as it arrives; iterated once."""
 
-    __slots__ = ("length", "buffered", "complete", "discarding", "_chunks", "_error", "_waiter", "_resume")
+    __slots__ = ("length", "buffered", "complete", "discarding", "_chunks", "_error", "_waiter", "_resume", "_hold")
 
-    def __init__(self, length: int, resume: Callable[[], None]) -> None:
+    def __init__(self, length: int, resume: Callable[[], None],
+                 hold: Callable[[], Awaitable[None]] | None = None) -> None:
         self.length = length  # the Content-Length
         self.buffered = 0  # bytes fed and not yet taken
         self.complete = False  # the whole body has been fed
@@ -34,6 +38,14 @@ class BodyStream:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._resume = resume  # called when the reader has taken what waited (reading may resume)
+        self._hold = hold  # reserves the whole body of the server's budget
+
+    async def hold_whole(self) -> None:
+        """Have the server's body budget cover the whole body, before the handler holds all of it:
+        waits in turn as a body read whole does (``http1budget.BudgetBusy`` after the server's
+        budget wait). A stream fed by hand, with no server, has no budget to take from."""
+        if self._hold is not None:
+            await self._hold()
 
     def feed(self, data: bytes) -> None:
         if self.discarding:

@@ -177,7 +177,7 @@ class _Conn(WriteFlow):
         if need and length is not None and stream is not None and self._task is None and not self._queue:
             hold = stream(req)
             if hold is not None:
-                self._stream = req.body_stream = BodyStream(need, self._stream_taken)
+                self._stream = req.body_stream = BodyStream(need, self._stream_taken, lambda: self._hold_whole(req))
                 need = min(need, hold + 2 * STREAM_BUFFER)  # what the handler holds, what waits unread and one read
         self._need = need = min(need, budget.total)
         if need and not budget.take(need, self._granted):
@@ -203,6 +203,14 @@ class _Conn(WriteFlow):
             self._budget_wait = False
             if self._held is None:
                 self.transport.resume_reading()
+
+    async def _hold_whole(self, req: Request) -> None:
+        """Its handler holds the streamed body whole after all: reserve the rest of it (BudgetBusy after budget_wait)."""
+        budget = self.server.budget
+        more = min(req.body_stream.length, budget.total) - req.reserved  # type: ignore[union-attr]
+        if more > 0:
+            await budget.reserve(more, self.server.budget_wait)
+            req.reserved += more
 
     def _give_back(self, req: Request) -> None:
         if req.reserved:

@@ -19,7 +19,8 @@ rewrite (nested deeper than orjson's limit), is a 400.
 JSON bodies are held whole (routing needs their ``model``, PrefixHash hashes
 their prompt; ``max_body_bytes`` and the body memory bound them). A multipart
 form with a Content-Length streams (:meth:`ProxyHandler.stream_hold`): only its
-prefix up to the ``model`` part is held, the rest goes on as it arrives.
+prefix up to the ``model`` part is held, the rest goes on as it arrives; one whose
+``model`` part comes after the window (the file first) is held whole after all.
 """
 
 from __future__ import annotations
@@ -110,15 +111,17 @@ class ProxyHandler:
     # -------------------------------------------------------------- proxy
     def stream_hold(self, request: Request) -> int | None:
         """For the server, once a head is in: a multipart form streams, its handler holding at most
-        the model part's window and one read; anything else (JSON: routing needs all of it) is read whole."""
+        the model part's window and one read (until it finds it must hold the form whole:
+        ``BodyStream.hold_whole``); anything else (JSON: routing needs all of it) is read whole."""
         if request.method != "POST" or _mimetype(request)[0] != "multipart/form-data":
             # JSON stays whole: routing needs its model and PrefixHash its prompt (bounded by
             # --proxy-max-body-size and the process's body memory)
             return None
         return self.limits.multipart_model_window + STREAM_BUFFER
 
-    async def _read_stream(self, request: Request, path_model: str | None) -> tuple[str, StreamBody]:
-        """(requested model name, the rest of the form to forward as it comes) of a streamed form."""
+    async def _read_stream(self, request: Request, path_model: str | None) -> tuple[str, StreamBody | bytearray]:
+        """(requested model name, the rest of the form to forward: as it comes, or held whole when
+        its model part came past the window) of a streamed form."""
         assert request.body_stream is not None
         boundary = check_boundary(dict(_params(_mimetype(request)[1])).get("boundary"))
         model, body = await take_model_part(request.body_stream, boundary, self.limits.multipart_model_window)

@@ -1,5 +1,4 @@
-"""The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``),
-except ``multipart_model_window`` so far (1 MiB).
+"""The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``).
 
 ``body_memory`` bounds the request bodies of all connections together (the
 operator's container has 2 GiB). Per connection the bounds are: request heads of at most
@@ -10,10 +9,12 @@ request's body and one read beyond it; and of the upstream answer, its head
 (``max_upstream_head_bytes``) and about ``UPSTREAM_BUFFER`` of body (reading
 from the model server pauses while the client is slower).
 
-A multipart/form-data body (an audio upload) is not held whole: the proxy
-reads it only until its ``model`` part has ended (within
-``multipart_model_window`` bytes, else 400), then streams the rest of the form
-to the endpoint as it arrives; it holds the prefix and about one read. JSON
+A multipart/form-data body (an audio upload) whose ``model`` part ends within
+``multipart_model_window`` bytes is not held whole: the proxy holds that prefix
+and about one read, and streams the rest of the form to the endpoint as it
+arrives. One whose ``model`` part comes later (the file first, as OpenAI's
+examples send it) is held whole after all, exactly as a JSON body is (its
+Content-Length taken from ``body_memory``, waiting, 503), and forwarded whole. JSON
 bodies are held whole (routing needs their ``model``, PrefixHash their
 prompt), within ``max_body_bytes`` and ``body_memory``.
 """
@@ -40,7 +41,8 @@ class ProxyLimits:
     #: fits, and gets 503 after body_memory_wait of waiting
     body_memory: int = 512 << 20
     body_memory_wait: float = 120.0
-    #: how far into a multipart form its ``model`` part must have ended (400 after); only this much is held
+    #: how far into a multipart form its ``model`` part must have ended for the rest to stream (only this much
+    #: is held); past it the form is held whole under body_memory
     multipart_model_window: int = 1 << 20
     #: an upstream answer's head (502 when a model server breaks it)
     max_upstream_head_bytes: int = 64 << 10

@@ -5,10 +5,14 @@ names it in a part of its own, which the proxy takes out (the model server
 gets the rest of the form). :class:`ModelPartScanner` reads a form's prefix
 chunk by chunk, chunks split anywhere (in a delimiter, in ``\\r\\n\\r\\n``),
 until the model part has ended, the form has ended, or the prefix has grown
-past its window: only that prefix is ever held, however large the file after
-it. :func:`take_model_part` does so for a body the server streams, and gives
-back the rest of the form as a :class:`StreamBody` of the right length (the
-held prefix less the model part, then the client's bytes as they come).
+past its window. :func:`take_model_part` does so for a body the server
+streams: when the model part ends within the window, only that prefix is
+held, however large the file after it, and the rest of the form goes on as a
+:class:`StreamBody` of the right length (the held prefix less the model part,
+then the client's bytes as they come). A form whose model part comes later
+(the file first, as OpenAI's own examples send it) still works as it always
+did: it is held whole after all, under the body budget as a JSON body is, and
+forwarded whole less its model part.
 
 Delimiters are ``--boundary`` at the very start of the body, else
 ``\\r\\n--boundary`` (RFC 2046): a boundary string inside a line of a file is
@@ -22,6 +26,7 @@ import re
 from collections.abc import AsyncIterator
 
 from kaiwo_ctrl.runtime.net.http1body import BodyStream, Chunk, StreamBody
+from kaiwo_ctrl.runtime.net.http1budget import BudgetBusy
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError
 
 _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
@@ -116,9 +121,10 @@ def check_boundary(boundary: str | None) -> bytes:
     return boundary.encode()
 
 
-async def take_model_part(stream: BodyStream, boundary: bytes, window: int) -> tuple[str | None, StreamBody]:
-    """Read ``stream`` until its model part has ended (at most ``window`` bytes, else a 400);
-    returns (the model, or None when the form has none, and the rest of the form to send)."""
+async def take_model_part(stream: BodyStream, boundary: bytes, window: int) -> tuple[str | None, StreamBody | bytearray]:
+    """Read ``stream`` until its model part has ended; returns (the model, or None when the form
+    has none, and the rest of the form to send: streamed when the model part ended within
+    ``window`` bytes, else the whole form held)."""
     scan = ModelPartScanner(boundary, window)
     chunks = stream.chunks()
     async for chunk in chunks:
@@ -126,13 +132,29 @@ async def take_model_part(stream: BodyStream, boundary: bytes, window: int) -> t
             break
         del chunk  # held in the scanner's buffer only
         if scan.over:
-            raise ProxyError(400, f"bad request: the 'model' form field must come within the first {window} bytes "
-                                  "of the form (put it before the file)")
+            return await _take_whole(stream, scan, chunks)
     buf, span = scan.buf, scan.span
     if span is None:
         return None, StreamBody(stream.length, _then([buf], chunks))
     view = memoryview(buf)
     return scan.model, StreamBody(stream.length - (span[1] - span[0]), _then([view[:span[0]], view[span[1]:]], chunks))
+
+
+async def _take_whole(stream: BodyStream, scan: ModelPartScanner, chunks: AsyncIterator[bytes]) -> tuple[str | None, bytearray]:
+    """No model part within the window: hold the form whole (its Content-Length taken from the
+    body budget first, waiting as a JSON body does, 503 when it stays spent), go on scanning to its
+    end, and take the model part out in place."""
+    try:
+        await stream.hold_whole()
+    except BudgetBusy:
+        raise ProxyError(503, "server busy, try again") from None
+    async for chunk in chunks:
+        scan.feed(chunk)
+    buf, span = scan.buf, scan.span
+    assert isinstance(buf, bytearray)  # the scanner's own buffer
+    if span is not None:
+        del buf[span[0]:span[1]]  # in place: no second copy of the form
+    return scan.model, buf
 
 
 async def _then(held: list[Chunk], rest: AsyncIterator[bytes]) -> AsyncIterator[Chunk]:

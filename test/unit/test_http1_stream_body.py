@@ -12,6 +12,7 @@ import pytest
 
 from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
+from kaiwo_ctrl.runtime.net.http1budget import BodyBudget, BudgetBusy
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 from support import eventually
 from support.rawupstream import RawUpstream
@@ -32,6 +33,8 @@ class Streamer:
         self.progress = 0
         self.cancelled = 0
         self.answer_after: int | None = None
+        self.hold_after: int | None = None  # then the handler holds the body whole (BodyStream.hold_whole)
+        self.holding = 0  # handlers waiting for hold_whole
 
     async def __call__(self, request: Request) -> Response:
         self.requests.append(request)
@@ -46,6 +49,15 @@ class Streamer:
                 self.progress = n
                 if self.answer_after is not None and n >= self.answer_after:
                     return Response(400, TEXT, b"early")
+                if self.hold_after is not None and n >= self.hold_after:
+                    self.hold_after = None
+                    self.holding += 1
+                    try:
+                        await request.body_stream.hold_whole()
+                    except BudgetBusy:
+                        return Response(503, TEXT, b"busy")
+                    finally:
+                        self.holding -= 1
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
@@ -177,6 +189,110 @@ async def test_a_streamable_request_pipelined_behind_another_is_read_whole(serve
     writer.close()
     assert statuses(out) == [200, 200]
     assert b"1000:" + hashlib.sha256(a).hexdigest().encode() in out and out.endswith(b"whole:2000")
+
+
+async def test_hold_whole_grows_the_reservation_to_the_whole_body(served):
+    """A handler that finds it must hold the body whole after all has all of it counted before reading on."""
+    app, server, port = served
+    app.hold_after = HOLD
+    data = payload(6 << 20)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head(len(data), b"Connection: close") + data[:1 << 20])
+    await eventually(lambda: BUDGET - server.budget.free == len(data), what="the whole body reserved")
+    writer.write(data[1 << 20:])
+    out = await read_all(reader)
+    writer.close()
+    assert statuses(out) == [200] and out.endswith(b"%d:%s" % (len(data), hashlib.sha256(data).hexdigest().encode()))
+    assert server.budget.free == BUDGET
+
+
+SMALL = 4 << 20
+
+
+@pytest.fixture
+async def small():
+    """A server whose budget one whole 3 MiB body nearly fills, with a short budget wait."""
+    app = Streamer()
+    server = Server(app, max_body_bytes=32 << 20, head_timeout=5, body_idle_timeout=5, body_budget=SMALL, budget_wait=0.5,
+                    stream_body=lambda r: HOLD if r.header(b"x-stream") else None)
+    port = await server.start("127.0.0.1", 0)
+    yield app, server, port
+    app.gate.set()
+    await server.close(drain_timeout=1)
+
+
+async def _hog(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A whole-body request of 3 MiB whose body is still coming: its reservation stays."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /n HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (3 << 20) + payload(1000))
+    return reader, writer
+
+
+async def test_hold_whole_waits_in_turn_and_is_busy_after_the_budget_wait(small):
+    app, server, port = small
+    _, hog = await _hog(port)
+    await eventually(lambda: server.budget.free == SMALL - (3 << 20), what="the whole body reserved")
+    app.hold_after = HOLD
+    data = payload(2 << 20)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head(len(data), b"Connection: close") + data[:HOLD + 1000])
+    async with asyncio.timeout(10):
+        out = await reader.readuntil(b"busy")  # answered at once; the connection lingers for the rest of the body
+    writer.close()
+    assert statuses(out) == [503] and b"Connection: close\r\n" in out
+    assert server.budget.free == SMALL - (3 << 20) and not server.budget._waiting, "nothing left reserved or queued"
+    hog.close()
+    await eventually(lambda: server.budget.free == SMALL, what="all given back")
+
+
+async def test_hold_whole_is_granted_once_the_budget_frees(small):
+    app, server, port = small
+    hog_reader, hog = await _hog(port)
+    await eventually(lambda: server.budget.free == SMALL - (3 << 20), what="the whole body reserved")
+    server.budget_wait = 30
+    app.hold_after = HOLD
+    data = payload(2 << 20)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head(len(data), b"Connection: close") + data[:HOLD + 1000])
+    await eventually(lambda: app.holding == 1 and server.budget._waiting, what="the handler waiting for the budget")
+    hog.write(payload(3 << 20)[1000:])
+    assert statuses(await read_all(hog_reader)) == [200]
+    hog.close()
+    await eventually(lambda: SMALL - server.budget.free == len(data), what="the whole streamed body reserved")
+    writer.write(data[HOLD + 1000:])
+    out = await read_all(reader)
+    writer.close()
+    assert statuses(out) == [200] and out.endswith(hashlib.sha256(data).hexdigest().encode())
+    assert server.budget.free == SMALL
+
+
+async def test_a_client_gone_while_its_handler_waits_for_the_budget_leaves_nothing_reserved(small):
+    app, server, port = small
+    _, hog = await _hog(port)
+    await eventually(lambda: server.budget.free == SMALL - (3 << 20), what="the whole body reserved")
+    server.budget_wait = 30
+    app.hold_after = HOLD
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head(2 << 20) + payload(HOLD + 1000))
+    await eventually(lambda: app.holding == 1, what="the handler waiting for the budget")
+    writer.transport.abort()
+    await eventually(lambda: app.cancelled == 1 and app.holding == 0, what="the handler cancelled")
+    assert server.budget.free == SMALL - (3 << 20) and not server.budget._waiting
+    hog.close()
+    await eventually(lambda: server.budget.free == SMALL, what="all given back")
+
+
+async def test_budget_reserve_granted_as_its_waiter_is_cancelled_gives_the_bytes_back():
+    """The grant and the cancel land in one loop turn: the bytes granted to nobody go back."""
+    budget = BodyBudget(100)
+    assert budget.take(80, lambda: None)
+    waiter = asyncio.create_task(budget.reserve(50, 30))
+    await eventually(lambda: budget._waiting, what="queued")
+    budget.give(80)  # grants the 50 ...
+    waiter.cancel()  # ... to a waiter cancelled before it ran again
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert budget.free == 100 and not budget._waiting
 
 
 async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:

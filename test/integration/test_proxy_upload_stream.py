@@ -1,6 +1,8 @@
 """Multipart uploads through the live proxy (real apiserver, Models and Pods; a raw
-scripted model server on 127.0.0.x): the form is read only until its ``model``
-part, then streamed to the endpoint as it arrives, never held whole.
+scripted model server on 127.0.0.x): a form is read only until its ``model``
+part, then streamed to the endpoint as it arrives, never held whole; one with its
+``model`` part after the window (the file first) is held whole under the body
+memory, as before streaming.
 
 Every case asserts the exact status and which client received which body; after
 every case a normal request through the same proxy gets its own answer.
@@ -185,13 +187,32 @@ async def test_upstream_gone_mid_file_is_one_502_without_a_retry(proxy, upstream
     assert upstream.seen[0].conn == 2
 
 
-@pytest.mark.parametrize("case", ["missing", "past-the-window"])
-async def test_model_part_missing_or_past_the_window_is_400(proxy, upstream, case):
+async def test_model_part_after_a_file_larger_than_the_window_is_held_whole_and_answered(proxy, upstream):
+    """OpenAI's own curl example sends ``-F file=@...`` before ``-F model=...``: such a form works as it
+    always did, held whole under the body memory (all of it counted while it is read), then forwarded."""
+    file = field("file", audio(2 << 20), '; filename="a.wav"')
     end = f"--{BOUNDARY}--\r\n".encode()
-    if case == "missing":
-        form = field("file", audio(64 << 10), '; filename="a.wav"') + end
-    else:
-        form = field("file", audio(1 << 20), '; filename="a.wav"') + field("model", MODEL["name"].encode()) + end
+    form = file + field("model", MODEL["name"].encode()) + end
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.server.port)
+    writer.write(upload_head(len(form), b"Expect: 100-continue", b"Connection: close"))
+    async with asyncio.timeout(10):
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+    await send(writer, memoryview(form)[:1 << 20])
+    await eventually(lambda: reserved(proxy) == len(form), what="the whole form counted once the window passed")
+    assert upstream.received == 0, "nothing goes upstream before the model is known"
+    await send(writer, memoryview(form)[1 << 20:])
+    out = await read_all(reader)
+    writer.close()
+    assert statuses(out) == [200]
+    assert orjson.loads(body_of(out)) == {"completion_for": hashlib.sha256(file + end).hexdigest()}, "the form less its model part"
+    assert upstream.seen[0].header(b"content-length") == b"%d" % len(file + end)
+    assert reserved(proxy) == 0
+    await own_answer(proxy, upstream)
+
+
+@pytest.mark.parametrize("file_bytes", [64 << 10, 1 << 20], ids=["within-the-window", "past-the-window"])
+async def test_form_without_a_model_part_is_400_naming_the_field(proxy, upstream, file_bytes):
+    form = field("file", audio(file_bytes), '; filename="a.wav"') + f"--{BOUNDARY}--\r\n".encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.server.port)
     writer.write(upload_head(len(form), b"Connection: close"))
     sender = asyncio.create_task(send(writer, form))
@@ -202,4 +223,5 @@ async def test_model_part_missing_or_past_the_window_is_400(proxy, upstream, cas
     err = orjson.loads(body_of(out))["error"]
     assert err["type"] == "invalid_request_error" and err["code"] == 400 and "'model' form field" in err["message"]
     assert upstream.connections == 0 and upstream.received == 0
+    assert reserved(proxy) == 0
     await own_answer(proxy, upstream)

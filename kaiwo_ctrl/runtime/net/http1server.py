@@ -33,7 +33,8 @@ by one sweep over the connections, every second or a quarter of the shortest):
   Content-Length announces it (and without ``100 Continue``);
 * ``body_budget``: the request bodies held across all connections
   (:mod:`kaiwo_ctrl.runtime.net.http1budget`; a streamed body counts what the
-  handler holds plus what waits unread); a request waits, reading paused,
+  handler holds plus what waits unread, or all of it once its handler asks to
+  hold it whole, waiting the same way); a request waits, reading paused,
   until its body fits, and gets 503 after ``budget_wait`` of waiting;
 * pipelining: while a request is answered the next is read; once one waits its
   turn, reading pauses, so a connection holds at most two bodies (the one being

@@ -219,6 +219,7 @@ class ModelReconciler:
         model = self.expectations.view(key, self.models.get(req.name, req.namespace))
         if model is None:
             return None  # its expectations went with its delete event (the pruner)
+        model = {**model, "metadata": dict(model["metadata"])}  # this pass's copy: cached objects are never changed
         if model["metadata"].get("deletionTimestamp"):
             await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None

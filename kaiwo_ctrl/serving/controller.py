@@ -13,12 +13,10 @@ One reconcile per Model reads the caches and, in order:
 5. executes the rollout plan (:mod:`.rollout`);
 6. writes ``status`` only when it differs.
 
-Caches lag behind our own writes; the manager's read-your-writes store
-(:mod:`kaiwo_ctrl.runtime.control.expectations`) covers both: Pods we created
-or deleted are recorded as the Model's children and the plan waits until the
-cache shows them, so a reconcile that runs before the watch events arrive never
-creates twice; and a reconcile reads the Model through it, so the status (or
-labels) we last wrote are used instead of a cached copy older than them.
+Caches lag behind our own writes, so a reconcile reads the Model through the
+manager's read-your-writes store (:mod:`kaiwo_ctrl.runtime.control.expectations`),
+and Pods we created or deleted are recorded there as the Model's children: the
+plan waits until the cache shows them, so a fast re-reconcile never creates twice.
 """
 
 from __future__ import annotations
@@ -371,9 +369,8 @@ class ModelReconciler:
         return [x for x in pods if x["metadata"]["name"] not in gone] + [trim_pod(c) for c in created]
 
     async def _set_status(self, key: Key, model: dict, status: dict) -> None:
-        """``status`` when it differs, through the manager's status writer
-        (guarded by the resourceVersion of ``model``, which is the cache's copy
-        or our own last write, and read back until the cache shows it)."""
+        """``status`` when it differs, through the manager's one status writer (guarded
+        by the resourceVersion of ``model``; read back until the cache shows it)."""
         meta = model["metadata"]
         if status == (model.get("status") or {}) or meta.get("deletionTimestamp"):
             return

@@ -224,7 +224,7 @@ class Expectations:
         event it produces is recognised (:meth:`own_status_event`) and not
         reconciled again; another writer's change must be reconciled."""
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        patch = {"metadata": {"resourceVersion": rv}, "status": status}
+        patch = status_patch(rv, status)
         if own:
             # registered before the request: the watch event may arrive before the response
             self.expect_status(key, rv or "", status)
@@ -249,6 +249,12 @@ class Expectations:
 
     def __len__(self) -> int:
         return len(self._m)
+
+
+def status_patch(resource_version: str | None, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch of a status subresource that replaces ``status`` and is
+    refused (409) when the object is no longer at ``resource_version``."""
+    return {"metadata": {"resourceVersion": resource_version}, "status": status}
 
 
 class _Pruner:

@@ -3,8 +3,8 @@
 An informer cache shows our own write one watch event later. A reconcile that
 runs in between would otherwise see the old object and write the same thing
 again. This module is the runtime's one mechanism against that: a manager has
-one store (:func:`expectations_for`), shared by the writers of all its
-controllers (workloads, queues, AIM, serving, monitoring):
+one store (:func:`expectations_for`), and every controller of the manager that
+writes and then reads its caches goes through it rather than keeping its own:
 
 * :meth:`Expectations.wrote` records the object the API server returned for a
   write made over resourceVersion ``base_rv`` (``None`` for a create);
@@ -202,7 +202,7 @@ class Expectations:
             self._drop(k)
             return True
         if (pending_c, pending_d) != (created, deleted):
-            _, _, size, at = self._m[k]
+            _, _, size, at = self._m[k]  # the size stays an upper bound
             self._m[k] = (None, (pending_c, pending_d), size, at)  # same age, same place
         return False
 

@@ -3,8 +3,9 @@
 An informer cache shows our own write one watch event later. A reconcile that
 runs in between would otherwise see the old object and write the same thing
 again. This module is the runtime's one mechanism against that: a manager has
-one store (:func:`expectations_for`), and every controller of the manager that
-writes and then reads its caches goes through it rather than keeping its own:
+one store (:func:`expectations_for`), and a controller of the manager that
+needs read-your-writes uses it rather than keeping one of its own (others lean
+on resourceVersion conflicts and AlreadyExists alone):
 
 * :meth:`Expectations.wrote` records the object the API server returned for a
   write made over resourceVersion ``base_rv`` (``None`` for a create);

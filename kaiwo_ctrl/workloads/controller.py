@@ -54,20 +54,6 @@ class _ChildStatusChanged(Predicate):
         )
 
 
-class _NotOurStatusWrite(Predicate):
-    """Drops the update event of the version our own status write produced:
-    the pass that wrote it already acted on that status (children applied,
-    requeue scheduled), so reconciling it again could only confirm it."""
-
-    def __init__(self, shared: SharedCaches, kind: str) -> None:
-        self.shared, self.kind = shared, kind
-
-    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        meta = _meta(new)
-        key = (self.kind, meta.get("namespace") or "", meta.get("name") or "")
-        return not self.shared.expectations.own_status_event(key, old, new)
-
-
 class _ConditionsChanged(Predicate):
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return (old.get("status") or {}).get("conditions") != (new.get("status") or {}).get("conditions")
@@ -176,7 +162,7 @@ def setup(
         ctl = mgr.new_controller(
             spec.controller_name, rec, workers=workers, tracer=tracer, rate_limiter=rate_limiter() if rate_limiter else None
         )
-        ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), _NotOurStatusWrite(shared, kind)])
+        ctl.for_(shared.own[kind], predicates=[ResourceVersionChanged(), shared.expectations.echo_filter(kind)])
         shared.own[kind].add_handler(skipped_reporter(mgr, kind))  # too deep to cache: ERROR naming the field
         _watch_children(ctl, spec, shared)
         ctl.watches(shared.workloads, _workload_owner(spec, shared), predicates=[_ConditionsChanged()])

@@ -46,9 +46,6 @@ def error_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None:
 
 def reporter(mgr: Manager, kind: str) -> SkippedObjectReporter:
     """The informer handler that writes :func:`error_status` on a skipped workload."""
-
-    async def write(ns: str, name: str, rv: str, status: dict[str, Any]) -> None:
-        patch = {"metadata": {"resourceVersion": rv}, "status": status}
-        await mgr.client.patch_status(OWN_RESOURCES[kind], name, patch, ns, decode=False)
-
-    return SkippedObjectReporter(mgr, kind, error_status, write)
+    return SkippedObjectReporter(
+        mgr, kind, error_status, lambda ns, name, patch: mgr.client.patch_status(OWN_RESOURCES[kind], name, patch, ns, decode=False)
+    )

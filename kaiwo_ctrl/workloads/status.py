@@ -39,13 +39,13 @@ from .childstatus import (
     is_admitted,
     pvc_phase,
 )
-from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
 from .kinds import WORKLOAD_KINDS, WorkloadKind
 from .observed import ObservedChildren
+from .plan import WorkloadPlan
 from .storage import StoragePlan
 from .timing import parse_duration, parse_time
-from .validation import SpecError, gpu_plan, spec_error_from_validation, validate, world_gpu_stats
+from .validation import SpecError, spec_error_from_validation
 from .world import World, as_dict
 
 from .condtypes import (  # the condition types live in one place; re-exported here
@@ -169,19 +169,18 @@ def _spec_invalid(error: SpecError) -> _Observation:
 
 
 def _observe_active(
-    wk: WorkloadKind, o: KaiwoObject, world: World, children: ObservedChildren, workload: Any, now: datetime
+    wk: WorkloadKind, p: WorkloadPlan, children: ObservedChildren, workload: Any, now: datetime
 ) -> _Observation:
+    o, world, queue = p.o, p.world, p.queue
     prev = o.status
     prev_status = prev.get("status") or NEW
     prev_conditions = prev.get("conditions") or []
-    errors = validate(o, world)
-    if errors:
-        return _spec_invalid(errors[0])
+    if p.errors:
+        return _spec_invalid(p.errors[0])
     removed: list[str] = [SPEC_VALID]
 
     # 1. Schedulable
-    queue = o.queue_name(world.settings)
-    failure = _schedulable(o, world, queue)
+    failure = p.schedulable()
     if not failure.status:
         return _Observation(ERROR, [_cond(SCHEDULABLE, False, failure.reason, failure.message)], tuple(removed))
     conds = [_cond(SCHEDULABLE, True, failure.reason, failure.message)]
@@ -195,7 +194,7 @@ def _observe_active(
     conds += _child_conditions(wk, o, children)
 
     # 2. Storage
-    plan = StoragePlan.of(o, world)
+    plan = p.storage
     if plan.enabled:
         st, sconds = _storage(plan, children, prev_conditions)
         conds += sconds
@@ -220,14 +219,6 @@ def _observe_active(
     dconds, terminating = _duration(o, children, now)
     conds += dconds
     return _Observation(TERMINATING if terminating else (obj_status or STARTING), conds, tuple(removed))
-
-
-def _schedulable(o: KaiwoObject, world: World, queue: str) -> Any:
-    """The queue check, then the GPU capacity check (``.status`` False: not schedulable)."""
-    failure = check_queue(queue, o.namespace, world.queue_config)
-    if failure is None:
-        failure = check_gpus(gpu_plan(o, world), world_gpu_stats(world, o.gpu_vendor))
-    return failure
 
 
 def _spec_change_not_applied(fields: Sequence[str]) -> tuple[str, str, str, str]:
@@ -295,12 +286,14 @@ def observe(
     children: ObservedChildren,
     workload: Mapping | Sequence[Mapping] | None,
     now: datetime,
-    typed: KaiwoObject | None = None,
+    plan: WorkloadPlan | None = None,
 ) -> dict[str, Any]:
     """The complete desired ``status`` of a KaiwoJob/KaiwoService.
 
     ``workload`` is the Kueue Workload of the underlying object (a list for a
     Deployment: one Workload per pod), ``None`` when there is none yet.
+    ``plan``: the reconcile's :class:`WorkloadPlan` of ``obj`` (its spec is
+    used; the status comes from ``obj``), built here when not given.
     ``now`` must be timezone-aware. Raises
     :class:`~kaiwo_ctrl.workloads.childstatus.UnknownChildStatus` for a child
     status this operator does not understand (reconcile error, retry).
@@ -315,15 +308,15 @@ def observe(
     if prev_status in TERMINAL:
         return prev
     try:
-        o = typed if typed is not None else KaiwoObject.of(raw)
+        p = plan if plan is not None else WorkloadPlan.of(raw, world)
     except ValidationError as exc:
         observation = _spec_invalid(spec_error_from_validation(exc))
     else:
         if prev_status == TERMINATING:
             observation = _terminate(prev.get("conditions") or [])
         else:
-            wk = kind if isinstance(kind, WorkloadKind) else WORKLOAD_KINDS[o.kind]
-            observation = _observe_active(wk, o, world, children, workload, now)
+            wk = kind if isinstance(kind, WorkloadKind) else WORKLOAD_KINDS[p.o.kind]
+            observation = _observe_active(wk, p, children, workload, now)
 
     conditions = copy.deepcopy(prev.get("conditions") or [])
     for type_ in observation.removed:

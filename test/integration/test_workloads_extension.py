@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
-from kaiwo_ctrl.workloads.kinds import KAIWOJOB, OWNS_ANY, Build, ChildSpec
+from kaiwo_ctrl.workloads.kinds import KAIWOJOB, OWNS_ANY, ChildSpec
+from kaiwo_ctrl.workloads.plan import WorkloadPlan
 from test_workloads_support import (  # noqa: F401 - fixtures
     MERGE,
     conditions,
@@ -31,7 +32,7 @@ CONDITION = "NotesReady"
 STATE = "example.com/state"
 
 
-def build_notes(b: Build) -> dict[str, Any]:
+def build_notes(b: WorkloadPlan) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

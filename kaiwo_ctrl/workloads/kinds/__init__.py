@@ -17,7 +17,7 @@ from kaiwo_ctrl.runtime.api.client import Resource
 
 from .job import KAIWOJOB
 from .service import KAIWOSERVICE
-from .spec import GROUP, MAPPED, OWNS, OWNS_ANY, Build, ChildSpec, Condition, WorkloadKind
+from .spec import GROUP, MAPPED, OWNS, OWNS_ANY, ChildSpec, Condition, WorkloadKind
 
 WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.kind: k for k in (KAIWOJOB, KAIWOSERVICE)}
 
@@ -58,7 +58,6 @@ __all__ = [
     "OWN_RESOURCES",
     "TERMINATION_KINDS",
     "WORKLOAD_KINDS",
-    "Build",
     "ChildSpec",
     "Condition",
     "WorkloadKind",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from kaiwo_ctrl.runtime.api.client import Resource
@@ -22,8 +21,8 @@ from ..gpu import GpuPlan
 from ..kaiwoobject import KaiwoObject
 from ..naming import name_with_suffix
 from ..observed import ObservedChildren
+from ..plan import WorkloadPlan
 from ..storage import StoragePlan
-from ..validation import gpu_plan
 from ..world import World
 
 GROUP = "kaiwo.silogen.ai"
@@ -38,32 +37,14 @@ Condition = tuple[str, str, str, str]
 MapFn = Callable[[Mapping[str, Any]], Iterable[Request]]
 
 
-@dataclass
-class Build:
-    """What every builder reads: the typed workload, the world, the storage plan
-    and (computed on first use) the GPU plan."""
-
-    o: KaiwoObject
-    world: World
-    storage: StoragePlan
-
-    @cached_property
-    def gpu(self) -> GpuPlan:
-        return gpu_plan(self.o, self.world)
-
-    @classmethod
-    def of(cls, o: KaiwoObject, world: World) -> Build:
-        return cls(o, world, StoragePlan.of(o, world))
-
-
 def main_object(
     build: Callable[[KaiwoObject, World, GpuPlan, StoragePlan], dict[str, Any]],
-) -> Callable[[Build], dict[str, Any]]:
+) -> Callable[[WorkloadPlan], dict[str, Any]]:
     """A ``ChildSpec`` builder from a main-object builder, which takes the
     object, the world, the GPU plan and the storage plan."""
 
-    def fn(b: Build) -> dict[str, Any]:
-        return build(b.o, b.world, b.gpu, b.storage)
+    def fn(p: WorkloadPlan) -> dict[str, Any]:
+        return build(p.o, p.world, p.gpu, p.storage)
 
     fn.__name__ = build.__name__
     return fn
@@ -97,7 +78,7 @@ class ChildSpec:
     resource: Resource
     slot: str
     suffix: str | None = None
-    build: Callable[[Build], dict[str, Any] | None] | None = None
+    build: Callable[[WorkloadPlan], dict[str, Any] | None] | None = None
     status: Callable[[ObservedChildren, str], str] | None = None
     condition: Callable[[Mapping[str, Any] | None], Condition | None] | None = None
     immutable: tuple[str, ...] = ()

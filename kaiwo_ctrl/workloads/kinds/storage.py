@@ -8,7 +8,8 @@ from typing import Any
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PVCS
 
 from ..storage import build_download_configmap, build_download_job, build_pvc
-from .spec import Build, ChildSpec
+from ..plan import WorkloadPlan
+from .spec import ChildSpec
 
 #: A Job's pod template and selector cannot change once it exists.
 JOB_IMMUTABLE = ("spec.template", "spec.selector", "spec.completionMode", "spec.completions")
@@ -18,21 +19,21 @@ _PVC_STORAGE = "spec.resources.requests.storage"
 PVC_IMMUTABLE = ("spec.accessModes", "spec.storageClassName", "spec.volumeMode", "spec.volumeName", _PVC_STORAGE)
 
 
-def _data_pvc(b: Build) -> dict[str, Any] | None:
+def _data_pvc(b: WorkloadPlan) -> dict[str, Any] | None:
     s = b.storage
     return build_pvc(b.o, s, s.data_pvc_name, s.data_size) if s.data_requested else None
 
 
-def _hf_pvc(b: Build) -> dict[str, Any] | None:
+def _hf_pvc(b: WorkloadPlan) -> dict[str, Any] | None:
     s = b.storage
     return build_pvc(b.o, s, s.hf_pvc_name, s.hf_size) if s.hf_requested else None
 
 
-def _download_configmap(b: Build) -> dict[str, Any] | None:
+def _download_configmap(b: WorkloadPlan) -> dict[str, Any] | None:
     return build_download_configmap(b.o, b.storage) if b.storage.downloads_configured else None
 
 
-def _download_job(b: Build) -> dict[str, Any] | None:
+def _download_job(b: WorkloadPlan) -> dict[str, Any] | None:
     return build_download_job(b.o, b.storage, b.world) if b.storage.downloads_configured else None
 
 

@@ -35,12 +35,13 @@ from .childstatus import (
     TERMINATED,
     TERMINATING,
     UP,
-    batch_job_status,
     is_admitted,
     pvc_phase,
 )
 from .kaiwoobject import KaiwoObject
 from .kinds import WORKLOAD_KINDS, WorkloadKind
+from .kinds.batchjob.status import batch_job_status
+from .kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
 from .observed import ObservedChildren
 from .plan import WorkloadPlan
 from .storage import StoragePlan
@@ -92,12 +93,12 @@ def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Seq
     expected: list[Any] = []
     pvcs: list[dict | None] = []
     if plan.data_requested:
-        pvcs.append(children.data_pvc)
+        pvcs.append(children.get(DATA_PVC.slot))
     if plan.hf_requested:
-        pvcs.append(children.hf_pvc)
+        pvcs.append(children.get(HF_PVC.slot))
     expected += pvcs
     if plan.downloads_configured:
-        expected += [children.download_configmap, children.download_job]
+        expected += [children.get(DOWNLOAD_CONFIGMAP.slot), children.get(DOWNLOAD_JOB.slot)]
     if any(x is None for x in expected):
         return NEW, []
     conds = []
@@ -116,7 +117,7 @@ def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Seq
         return (FAILED if lost else COMPLETE), conds
     prev = find_condition(prev_conditions, DOWNLOAD_JOB_SUCCEEDED)
     previous = RUNNING if prev and prev.get("message") == "Download job in progress" else NEW
-    job = batch_job_status(children.download_job, previous)
+    job = batch_job_status(children.get(DOWNLOAD_JOB.slot), previous)
     if job == PENDING:
         conds.append(_cond(DOWNLOAD_JOB_SUCCEEDED, False, "JobPending", "Download job pending"))
     elif job == STARTING:

@@ -1,16 +1,15 @@
 """The extension point: a child kind added through one ``ChildSpec`` entry
-(its builder and condition mapper) is created, observed and garbage-collected
+(its builder and condition mapper) and one registry line is created, observed and garbage-collected
 by the generic reconciler, with no other change, on the real kube-apiserver."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
-from kaiwo_ctrl.workloads.kinds import KAIWOJOB, OWNS_ANY, ChildSpec
+from kaiwo_ctrl.workloads.kinds import CHILD_KINDS, OWNS_ANY, ChildSpec, workload_kinds
 from kaiwo_ctrl.workloads.plan import WorkloadPlan
 from test_workloads_support import (  # noqa: F401 - fixtures
     MERGE,
@@ -48,12 +47,12 @@ def notes_condition(cm: dict | None) -> tuple[str, str, str, str]:
     return (CONDITION, "True", "Present", f"state: {state}")
 
 
-NOTES = ChildSpec("ConfigMap", CONFIGMAPS, "notes", suffix="notes", build=build_notes,
-                  condition=notes_condition, watch=OWNS_ANY, terminate=True)
+NOTES = ChildSpec(CONFIGMAPS, build=build_notes, condition=notes_condition, suffix="notes", watch=OWNS_ANY,
+                  terminate=True)
 
 
-#: what the ``operator`` fixture runs: KaiwoJob with the one extra entry
-WORKLOAD_KINDS = (dataclasses.replace(KAIWOJOB, children=KAIWOJOB.children + (NOTES,)),)
+#: what the ``operator`` fixture runs: KaiwoJob with the one extra registry line
+WORKLOAD_KINDS = (workload_kinds(CHILD_KINDS + (("KaiwoJob", NOTES),))["KaiwoJob"],)
 
 
 def cm_url(ns: str, name: str) -> str:

@@ -17,79 +17,94 @@ from typing import Any
 from kaiwo_ctrl.runtime.api.client import Resource
 from kaiwo_ctrl.runtime.control.handler import Request
 
-from ..gpu import GpuPlan
 from ..kaiwoobject import KaiwoObject
 from ..naming import name_with_suffix
-from ..observed import ObservedChildren
+from ..observed import MAIN, ObservedChildren
 from ..plan import WorkloadPlan
-from ..storage import StoragePlan
-from ..world import World
 
 GROUP = "kaiwo.silogen.ai"
 
 #: How a child's events reach its workload (``ChildSpec.watch``).
 OWNS = "owns"  # controller owner reference; status, generation or deletion changes
 OWNS_ANY = "owns-any"  # controller owner reference; every event, its creation included
-MAPPED = "mapped"  # ``ChildSpec.map``: no owner reference of ours
 
 #: A condition a child contributes to the workload's status: (type, status, reason, message).
 Condition = tuple[str, str, str, str]
 MapFn = Callable[[Mapping[str, Any]], Iterable[Request]]
 
 
-def main_object(
-    build: Callable[[KaiwoObject, World, GpuPlan, StoragePlan], dict[str, Any]],
-) -> Callable[[WorkloadPlan], dict[str, Any]]:
-    """A ``ChildSpec`` builder from a main-object builder, which takes the
-    object, the world, the GPU plan and the storage plan."""
+Builder = Callable[[WorkloadPlan], dict[str, Any] | None]
+StatusMapper = Callable[[ObservedChildren, str], str]
+ConditionMapper = Callable[[Mapping[str, Any] | None], Condition | None]
 
-    def fn(p: WorkloadPlan) -> dict[str, Any]:
-        return build(p.o, p.world, p.gpu, p.storage)
+#: A Job's pod template and selector cannot change once it exists.
+JOB_IMMUTABLE = ("spec.template", "spec.selector", "spec.completionMode", "spec.completions")
+#: Kueue unsuspends admitted workloads: ``spec.suspend`` is theirs once the object exists.
+SUSPEND = ("spec.suspend",)
 
-    fn.__name__ = build.__name__
-    return fn
+
+@dataclass(frozen=True)
+class Paths:
+    """What the apply must not send for a child that exists.
+
+    * ``immutable``: paths that cannot change on the existing object (reported
+      as ``SpecChangeNotApplied``, never sent); ``growable``: the subset where
+      a larger quantity can be applied (volume expansion);
+    * ``foreign``: fields other controllers own once it exists (never sent).
+    """
+
+    immutable: tuple[str, ...] = ()
+    growable: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """One child a workload may have.
+    """One child a workload may have: its table entry (``kinds/<kind>/``).
 
-    * ``kind``/``resource``: what it is and where it lives.
-    * ``slot``: its key in :class:`~..observed.ObservedChildren`.
-    * ``suffix``: its name is ``<workload>-<suffix>`` (``None``: the workload's own name).
-    * ``build``: its desired form, ``None`` when this workload does not need
-      it; no builder means another controller makes it and we only read it.
+    * ``resource``: what it is and where it lives (its ``kind`` too).
+    * ``build``: its desired form from the reconcile's plan, ``None`` when this
+      workload does not need it; no builder means another controller makes it
+      and we only read it.
     * ``status``: for the main child, the workload status from the observed
       children and the previous status.
     * ``condition``: a condition it adds to the workload's status (or ``None``).
-    * ``immutable``: paths that cannot change on the existing object (reported
-      as ``SpecChangeNotApplied``, never sent); ``growable``: the subset where
-      a larger quantity can be applied (volume expansion).
-    * ``foreign``: fields other controllers own once it exists (never sent).
+    * ``suffix``: its name is ``<workload>-<suffix>`` (``None``: the workload's own name).
+    * ``paths``: what the apply leaves alone on an existing object (:class:`Paths`).
     * ``ray``: only for Ray (True) or non-Ray (False) workloads; ``None``: both.
     * ``main``: the underlying workload object (built only after the downloads
       succeeded); ``terminate``: early termination deletes it.
-    * ``watch``: :data:`OWNS`, :data:`OWNS_ANY`, :data:`MAPPED` (with ``map``)
-      or ``None`` (never watched); ``adopted``: map function for a managed
-      child no workload controls (it still follows the workload of its name).
+    * ``watch``: :data:`OWNS`, :data:`OWNS_ANY`, a map function (events of an
+      object with no owner reference of ours -> its workload) or ``None``
+      (never watched); ``adopted``: map function for a managed child no
+      workload controls (it still follows the workload of its name).
+    * ``slot``: where :class:`~..observed.ObservedChildren` holds it, for a
+      child other than the main one (readers name it as ``SPEC.slot``);
+      :data:`MAIN` for the main child, else ``<kind>`` or ``<kind>-<suffix>``.
     """
 
-    kind: str
     resource: Resource
-    slot: str
+    build: Builder | None = None
+    status: StatusMapper | None = None
+    condition: ConditionMapper | None = None
     suffix: str | None = None
-    build: Callable[[WorkloadPlan], dict[str, Any] | None] | None = None
-    status: Callable[[ObservedChildren, str], str] | None = None
-    condition: Callable[[Mapping[str, Any] | None], Condition | None] | None = None
-    immutable: tuple[str, ...] = ()
-    growable: tuple[str, ...] = ()
-    foreign: tuple[str, ...] = ()
+    paths: Paths = Paths()
     ray: bool | None = None
     main: bool = False
     terminate: bool = False
-    watch: str | None = OWNS
-    map: MapFn | None = None
+    watch: str | MapFn | None = OWNS
     adopted: MapFn | None = None
+    key: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def slot(self) -> str:
+        if self.main:
+            return MAIN
+        return self.key or (self.kind if self.suffix is None else f"{self.kind}-{self.suffix}")
 
     def name(self, workload: str) -> str:
         return workload if self.suffix is None else name_with_suffix(workload, self.suffix)

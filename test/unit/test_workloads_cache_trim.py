@@ -4,7 +4,7 @@ of cached Jobs the same answer as the full object does.
 
 Readers of cached Jobs and what they read:
 
-* status mappers (childstatus.batch_job_status, via observe): status.conditions,
+* status mappers (kinds/batchjob/status.batch_job_status, via observe): status.conditions,
   status.failed/ready/active;
 * drift check (drift.immutable_drift): spec.template, spec.selector,
   spec.completionMode, spec.completions; is_controlled_by: ownerReferences;

@@ -78,9 +78,10 @@ class ChildSpec:
       object with no owner reference of ours -> its workload) or ``None``
       (never watched); ``adopted``: map function for a managed child no
       workload controls (it still follows the workload of its name).
-    * ``slot``: where :class:`~..observed.ObservedChildren` holds it, for a
-      child other than the main one (readers name it as ``SPEC.slot``);
-      :data:`MAIN` for the main child, else ``<kind>`` or ``<kind>-<suffix>``.
+    * ``slot`` (derived): where :class:`~..observed.ObservedChildren` holds
+      it; readers name it through the entry (``DOWNLOAD_JOB.slot``), never
+      as a string. :data:`MAIN` for the main child, else ``key`` when given,
+      else ``<kind>`` or ``<kind>-<suffix>``.
     """
 
     resource: Resource

@@ -6,8 +6,8 @@ a JSON merge patch of only the fields we set, guarded by the cached
 ``metadata.resourceVersion`` (a conflict fails the pass, which is retried), so
 the cache never needs the fields we do not own. Mappings merge key by key
 (others' keys stay), lists and scalars are replaced (an env variable removed
-from the spec goes away). Its ``ChildSpec.immutable`` paths (a larger request
-on a ``growable`` path stays: volume expansion) and ``ChildSpec.foreign``
+from the spec goes away). Its ``ChildSpec.paths.immutable`` paths (a larger request
+on a ``growable`` path stays: volume expansion) and ``ChildSpec.paths.foreign``
 fields (e.g. ``spec.suspend`` under Kueue) are never sent. A child the API server refuses
 to create puts the workload in ERROR (``SpecValid=False/ChildRejected``); a
 change it refuses on an existing child joins ``SpecChangeNotApplied``. Neither
@@ -52,11 +52,13 @@ def writable_part(spec: ChildSpec, desired: Mapping[str, Any], existing: Mapping
     own, and the owner references (already verified). ``existing`` may be a
     cached, trimmed child (its packed paths are read through ``get_path``)."""
     body = copy.deepcopy(dict(desired))
-    for path in spec.immutable:
+    for path in spec.paths.immutable:
         # only growable paths read the existing value (a packed template is not unpacked)
-        if path not in spec.growable or not growing(path, get_path(desired, path), get_path(existing, path), spec.growable):
+        if path not in spec.paths.growable or not growing(
+            path, get_path(desired, path), get_path(existing, path), spec.paths.growable
+        ):
             pop_path(body, path)
-    for path in spec.foreign:
+    for path in spec.paths.foreign:
         pop_path(body, path)
     (body.get("metadata") or {}).pop("ownerReferences", None)
     return body

@@ -20,7 +20,7 @@ from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChange
 from kaiwo_ctrl.settings.environment import IMAGE_ENV
 
 from .caches import IDX_DURATION_RUNNING, IDX_ERROR, QueueConfigMissing, SharedCaches, trim_pod
-from .kinds import GROUP, MAPPED, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
+from .kinds import GROUP, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
 from .kinds.mapping import service_pod_owner
 from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
 from .reconciler import LocalQueueError, WorkloadReconciler
@@ -116,7 +116,7 @@ def _workload_owner(spec: WorkloadKind, shared: SharedCaches):
 def _watch_children(ctl: Any, spec: WorkloadKind, shared: SharedCaches) -> None:
     """Each child as its ``ChildSpec.watch`` says (one watch per child kind)."""
     status_changed = [_ChildStatusChanged()]
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, object]] = set()
     for c in spec.children:
         inf = shared.children[c.kind]
         if c.adopted is not None:
@@ -129,8 +129,8 @@ def _watch_children(ctl: Any, spec: WorkloadKind, shared: SharedCaches) -> None:
             ctl.owns(inf, GROUP, spec.kind, predicates=status_changed)
         elif c.watch == OWNS_ANY:
             ctl.owns(inf, GROUP, spec.kind, predicates=[ResourceVersionChanged()])
-        elif c.watch == MAPPED and c.map is not None:
-            ctl.watches(inf, c.map, predicates=[ResourceVersionChanged()])
+        elif callable(c.watch):
+            ctl.watches(inf, c.watch, predicates=[ResourceVersionChanged()])
     if spec.pod_workloads:
         ctl.watches(shared.pods, service_pod_owner(shared.own[spec.kind]), predicates=[_NoUpdates()])
 

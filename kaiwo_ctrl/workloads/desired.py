@@ -7,14 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
-from .kinds import MAIN_KINDS, WORKLOAD_KINDS, Build, ChildSpec, WorkloadKind
+from .kinds import MAIN_KINDS, WORKLOAD_KINDS, ChildSpec, WorkloadKind
+from .plan import WorkloadPlan
 from .podtemplate import EntrypointError
-from .validation import SpecError, gpu_plan, gpu_stats, spec_error_from_validation, validate
+from .validation import SpecError, spec_error_from_validation
 from .world import World
 
-__all__ = ["MAIN_KINDS", "check", "desired_children", "desired_pairs", "downloads_configured", "load", "main_workload"]
+__all__ = ["MAIN_KINDS", "desired_children", "desired_pairs", "downloads_configured", "load", "main_workload", "plan_of"]
 
 
 def load(obj: Any) -> KaiwoObject | SpecError:
@@ -26,68 +26,58 @@ def load(obj: Any) -> KaiwoObject | SpecError:
         return spec_error_from_validation(exc)
 
 
-def check(obj: Any, world: World) -> SpecError | None:
-    """All reasons not to build anything: static spec errors, then the queue
-    (when the queue config is known) and the GPU capacity (when nodes are known)."""
-    o = load(obj)
-    if isinstance(o, SpecError):
-        return o
-    errors = validate(o, world)
-    if errors:
-        return errors[0]
-    if world.queue_config is not None:
-        failure = check_queue(o.queue_name(world.settings), o.namespace, world.queue_config)
-        if failure is not None:
-            return SpecError(failure.field, failure.reason, failure.message)
-    stats = gpu_stats(o, world)
-    if stats is not None:
-        result = check_gpus(gpu_plan(o, world), stats)
-        if not result.status:
-            return SpecError(result.field, result.reason, result.message)
-    return None
+def plan_of(obj: Any, world: World, *, checked: bool = True) -> WorkloadPlan | SpecError:
+    """The :class:`WorkloadPlan` of the object, or the SpecError for a
+    document that does not fit the API types."""
+    if isinstance(obj, WorkloadPlan):
+        return obj
+    try:
+        return WorkloadPlan.of(obj, world, checked=checked)
+    except ValidationError as exc:
+        return spec_error_from_validation(exc)
 
 
-def _build(spec: ChildSpec, b: Build) -> dict[str, Any] | SpecError | None:
+def _build(spec: ChildSpec, p: WorkloadPlan) -> dict[str, Any] | SpecError | None:
     assert spec.build is not None
     try:
-        return spec.build(b)
+        return spec.build(p)
     except EntrypointError as exc:
         return SpecError("spec.entrypoint", "InvalidEntrypoint", str(exc))
 
 
 def main_workload(obj: Any, world: World) -> dict[str, Any] | SpecError:
-    """The underlying object: Job, RayJob, Deployment or AppWrapper(RayService)."""
-    o = load(obj)
-    if isinstance(o, SpecError):
-        return o
-    out = _build(WORKLOAD_KINDS[o.kind].main_child(o.is_ray), Build.of(o, world))
+    """The underlying object: Job, RayJob, Deployment or AppWrapper(RayService),
+    built without the spec checks."""
+    p = plan_of(obj, world, checked=False)
+    if isinstance(p, SpecError):
+        return p
+    out = _build(WORKLOAD_KINDS[p.o.kind].main_child(p.o.is_ray), p)
     assert out is not None
     return out
 
 
 def downloads_configured(obj: Any, world: World) -> bool:
-    o = load(obj)
-    return not isinstance(o, SpecError) and Build.of(o, world).storage.downloads_configured
+    p = plan_of(obj, world, checked=False)
+    return not isinstance(p, SpecError) and p.storage.downloads_configured
 
 
 def desired_pairs(
-    o: KaiwoObject, world: World, *, download_succeeded: bool = False, kind: WorkloadKind | None = None
+    p: WorkloadPlan, *, download_succeeded: bool = False, kind: WorkloadKind | None = None
 ) -> list[tuple[ChildSpec, dict[str, Any]]] | SpecError:
     """Every child the workload needs with its ``ChildSpec``, in declaration
     (creation) order. The main object is left out while downloads are
     configured and have not succeeded. A :class:`SpecError` instead when the
     spec cannot be built."""
-    error = check(o, world)
+    error = p.spec_error()
     if error is not None:
         return error
-    wk = kind or WORKLOAD_KINDS[o.kind]
-    b = Build.of(o, world)
-    gated = b.storage.downloads_configured and not download_succeeded
+    wk = kind or WORKLOAD_KINDS[p.o.kind]
+    gated = p.storage.downloads_configured and not download_succeeded
     out: list[tuple[ChildSpec, dict[str, Any]]] = []
-    for spec in wk.applicable(o.is_ray):
+    for spec in wk.applicable(p.o.is_ray):
         if spec.build is None or (spec.main and gated):
             continue
-        child = _build(spec, b)
+        child = _build(spec, p)
         if isinstance(child, SpecError):
             return child
         if child is not None:
@@ -98,9 +88,10 @@ def desired_pairs(
 def desired_children(obj: Any, world: World, *, download_succeeded: bool = False) -> list[dict[str, Any]] | SpecError:
     """Every child in creation order: data PVC, HF PVC, download ConfigMap,
     download Job, then the main workload object (see :func:`desired_pairs`;
-    the reconciler passes whether the download Job succeeded)."""
-    o = load(obj)
-    if isinstance(o, SpecError):
-        return o
-    pairs = desired_pairs(o, world, download_succeeded=download_succeeded)
+    the reconciler passes whether the download Job succeeded). ``obj`` may
+    be the reconcile's :class:`WorkloadPlan`."""
+    p = plan_of(obj, world)
+    if isinstance(p, SpecError):
+        return p
+    pairs = desired_pairs(p, download_succeeded=download_succeeded)
     return pairs if isinstance(pairs, SpecError) else [child for _, child in pairs]

@@ -16,13 +16,13 @@ from .kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
 #: Paths (dotted, under the object) the API server or the owning controller will
 #: not change on an existing object, by kind (declared on each ``ChildSpec``).
 IMMUTABLE_PATHS: dict[str, tuple[str, ...]] = {
-    c.kind: c.immutable for k in WORKLOAD_KINDS.values() for c in k.children if c.immutable
+    c.kind: c.paths.immutable for k in WORKLOAD_KINDS.values() for c in k.children if c.paths.immutable
 }
 
-#: Fields other controllers own once the child exists, by kind (``ChildSpec.foreign``);
+#: Fields other controllers own once the child exists, by kind (``ChildSpec.paths.foreign``);
 #: the reconciler leaves them out of its apply (Kueue unsuspends admitted workloads).
 OWNED_BY_OTHERS: dict[str, tuple[str, ...]] = {
-    c.kind: c.foreign for k in WORKLOAD_KINDS.values() for c in k.children if c.foreign
+    c.kind: c.paths.foreign for k in WORKLOAD_KINDS.values() for c in k.children if c.paths.foreign
 }
 
 
@@ -62,10 +62,10 @@ def immutable_drift(
     if spec is None:
         return []
     out: list[str] = []
-    for path in spec.immutable:
+    for path in spec.paths.immutable:
         want = get_path(desired_child, path)
         have = get_path(existing_child, path)
-        if want is None or growing(path, want, have, spec.growable):
+        if want is None or growing(path, want, have, spec.paths.growable):
             continue
         out += differences(have, want, path)
     return out

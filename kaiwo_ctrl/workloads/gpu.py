@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, to_int
 from kaiwo_ctrl.runtime.observe.conditions import bound_message
@@ -97,6 +97,32 @@ def cluster_gpu_stats(nodes: Iterable[Mapping], vendor: str, default_gpu_key: st
         total_allocatable_gpus=sum(allocatable),
         min_allocatable_gpus_per_node=min(allocatable) if allocatable else None,
     )
+
+
+class GpuCapacity:
+    """The cluster GPU statistics of every node pool vendor, computed once from
+    one set of nodes (a :class:`~.world.World`): one :class:`ClusterGpuStats`
+    per pool prefix, so a lookup costs nothing and nothing grows with the
+    vendor names workloads ask for."""
+
+    __slots__ = ("by_vendor",)
+
+    def __init__(self, nodes: Iterable[Mapping], default_gpu_key: str = AMD_GPU) -> None:
+        nodes = list(nodes)
+        vendors = {
+            pool.split("-")[0].lower()
+            for n in nodes
+            if (pool := ((n.get("metadata") or {}).get("labels") or {}).get(NODE_LABEL_NODEPOOL))
+        }
+        #: lower-cased pool prefix -> its statistics (pools and resource key match case-insensitively)
+        self.by_vendor = {v: cluster_gpu_stats(nodes, v, default_gpu_key) for v in vendors}
+
+    def stats(self, vendor: str) -> ClusterGpuStats:
+        """What :func:`cluster_gpu_stats` reports for ``vendor`` (named as given)."""
+        found = self.by_vendor.get(vendor.lower())
+        if found is None:
+            return ClusterGpuStats(vendor)
+        return found if found.vendor == vendor else replace(found, vendor=vendor)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ spec defaults of the API reference applied."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -33,8 +33,6 @@ class KaiwoObject:
 
     doc: dict[str, Any]
     replicas_given: bool = True
-    #: results computed once per reconcile (validation), keyed by what they depend on
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, obj: Any, kind: str | None = None) -> KaiwoObject:
@@ -73,7 +71,7 @@ class KaiwoObject:
         status write: nothing but the status changed)."""
         raw = as_dict(obj)
         doc = {**self.doc, "metadata": raw.get("metadata") or self.doc.get("metadata"), "status": raw.get("status")}
-        return KaiwoObject(doc, self.replicas_given, self.memo)
+        return KaiwoObject(doc, self.replicas_given)
 
     # -- metadata -------------------------------------------------------------
     @property

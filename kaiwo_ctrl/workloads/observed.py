@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: The slot of the main child (the underlying object) of every workload kind.
+MAIN = "main"
 
 
 class ObservedChildren:
@@ -39,27 +41,7 @@ class ObservedChildren:
     def __repr__(self) -> str:
         return f"ObservedChildren(slots={sorted(self.objects)}, unapplied={self.unapplied_fields}, gpu_demand={self.gpu_demand})"
 
-    # the slots the status machine reads by name
     @property
     def main(self) -> dict[str, Any] | None:
-        return self.objects.get("main")
-
-    @property
-    def data_pvc(self) -> dict[str, Any] | None:
-        return self.objects.get("data_pvc")
-
-    @property
-    def hf_pvc(self) -> dict[str, Any] | None:
-        return self.objects.get("hf_pvc")
-
-    @property
-    def download_configmap(self) -> dict[str, Any] | None:
-        return self.objects.get("download_configmap")
-
-    @property
-    def download_job(self) -> dict[str, Any] | None:
-        return self.objects.get("download_job")
-
-    @property
-    def ray_service(self) -> dict[str, Any] | None:
-        return self.objects.get("ray_service")
+        """The underlying object (every kind's main child has this slot)."""
+        return self.objects.get(MAIN)

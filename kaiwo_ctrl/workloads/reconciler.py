@@ -1,9 +1,10 @@
 """The generic workload reconciler: one reconcile of one KaiwoJob or
 KaiwoService, driven by its :class:`~.kinds.WorkloadKind` table.
 
-A reconcile reads only the caches, parses the workload once, computes the
-desired children (each ``ChildSpec``'s builder) and the observed status (the
-pure :func:`~.status.observe`), and writes only what differs: the status
+A reconcile reads only the caches, plans the workload once (parsed,
+validated, its GPU and storage plans derived: :class:`~.plan.WorkloadPlan`),
+computes from that plan the desired children (each ``ChildSpec``'s builder)
+and the observed status (the pure :func:`~.status.observe`), and writes only what differs: the status
 (:mod:`.statuswrite`, the one writer) and, while the status is active (not
 finished, not in ERROR), the children (:mod:`.children`). Both are sent
 together. The watch event of our own status write is not reconciled again;
@@ -41,9 +42,9 @@ from .children import ChildApplier, LocalQueueError
 from .childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
 from .desired import desired_pairs
 from .drift import immutable_drift, is_controlled_by
-from .kaiwoobject import KaiwoObject
 from .kinds import WORKLOAD_KINDS, ChildSpec, WorkloadKind
 from .observed import ObservedChildren
+from .plan import WorkloadPlan
 from .status import download_succeeded, has_gpu_demand, observe, requeue_after, sweep_expired
 from .statuswrite import Gone, StatusWriter, failed_stage_status, refused_status
 from .sweep import Sweeper
@@ -60,12 +61,13 @@ Desired = list[tuple[ChildSpec, dict]] | SpecError | None
 
 @dataclass
 class _Pass:
-    """One reconcile's view: the cached object, its parsed form and what was computed."""
+    """One reconcile's view: the cached object, its plan (parsed, validated
+    and derived once) and what was computed."""
 
     raw: dict
     world: World
     now: datetime
-    ko: KaiwoObject | None = None
+    plan: WorkloadPlan | None = None
     desired: Desired = None
     children: ObservedChildren = field(default_factory=ObservedChildren)
     workloads: list[dict] | None = None
@@ -128,8 +130,8 @@ class WorkloadReconciler:
     # ------------------------------------------------------------ active path
     def _observe_children(self, p: _Pass) -> None:
         """The cached children (with immutable drift and GPU demand) and the Kueue Workloads."""
-        assert p.ko is not None
-        ko, uid = p.ko, p.ko.uid or ""
+        assert p.plan is not None
+        ko, uid = p.plan.o, p.plan.o.uid or ""
         applicable = self.spec.applicable(ko.is_ray)
         found = {}
         for spec in applicable:
@@ -150,19 +152,19 @@ class WorkloadReconciler:
         p.workloads = self._kueue_workloads(p.children.main, uid)
 
     def _build(self, p: _Pass) -> None:
-        """Parse once and build the desired children."""
+        """Plan once and build the desired children."""
         try:
-            p.ko = KaiwoObject.of(p.raw)
+            p.plan = WorkloadPlan.of(p.raw, p.world)
         except (ValidationError, ValueError):
-            p.ko = None  # observe reports the spec error
-        if p.ko is not None:
-            p.desired = desired_pairs(p.ko, p.world, download_succeeded=download_succeeded(p.stored), kind=self.spec)
+            p.plan = None  # observe reports the spec error
+        if p.plan is not None:
+            p.desired = desired_pairs(p.plan, download_succeeded=download_succeeded(p.stored), kind=self.spec)
 
     def _observe(self, p: _Pass) -> dict:
         """The observed children and the new status."""
-        if p.ko is not None:
+        if p.plan is not None:
             self._observe_children(p)
-        return observe(self.spec, p.raw, p.world, p.children, p.workloads, p.now, typed=p.ko)
+        return observe(self.spec, p.raw, p.world, p.children, p.workloads, p.now, plan=p.plan)
 
     async def _reconcile_active(self, p: _Pass) -> Result | None:
         meta = p.raw["metadata"]
@@ -172,9 +174,9 @@ class WorkloadReconciler:
             self._build(p)
             stage = "Observe"
             new = self._observe(p)
-            if new.get("status") in ACTIVE and p.ko is not None and download_succeeded(new) != download_succeeded(p.stored):
+            if new.get("status") in ACTIVE and p.plan is not None and download_succeeded(new) != download_succeeded(p.stored):
                 stage = "Build"
-                p.desired = desired_pairs(p.ko, p.world, download_succeeded=download_succeeded(new), kind=self.spec)
+                p.desired = desired_pairs(p.plan, download_succeeded=download_succeeded(new), kind=self.spec)
         except Exception as exc:  # noqa: BLE001 - bad input ends in ERROR, never in a retry loop
             await self._stage_failed(p, stage, exc)
             return None
@@ -184,7 +186,7 @@ class WorkloadReconciler:
             new = refused_status(p.stored, new, refused, generation, p.now)
         status = new.get("status") or ""
         to_apply: list[tuple[ChildSpec, dict]] | None = None
-        if status in ACTIVE and p.ko is not None:
+        if status in ACTIVE and p.plan is not None:
             if isinstance(p.desired, SpecError):
                 # observe reports spec problems itself; this only guards the apply
                 self.recorder.warning(p.raw, "InvalidSpec", str(p.desired))
@@ -193,19 +195,19 @@ class WorkloadReconciler:
         stored = p.stored
         written = await self._write(p, new, to_apply)
         again = False
-        if new != stored and refused is None and p.ko is not None:
+        if new != stored and refused is None and p.plan is not None:
             # The event of our own write is not reconciled, so look now whether
             # the written status leads further and come back if it does.
-            typed = p.ko.with_object(written)
-            again = observe(self.spec, written, p.world, p.children, p.workloads, p.now, typed=typed) != (
+            plan = p.plan.with_object(written)
+            again = observe(self.spec, written, p.world, p.children, p.workloads, p.now, plan=plan) != (
                 written.get("status") or {}
             )
         if status == PENDING and self.sweeper is not None:
             self.sweeper.trigger()
         if again:
             return Result(requeue_after=0.01)
-        if status in UP and p.ko is not None and p.ko.spec.get("duration"):
-            wait = requeue_after({**written, "status": new}, p.now, typed=p.ko)
+        if status in UP and p.plan is not None and p.plan.o.spec.get("duration"):
+            wait = requeue_after({**written, "status": new}, p.now, typed=p.plan.o)
             if wait is not None:
                 return Result(requeue_after=max(wait.total_seconds(), 0.05))
         return None
@@ -218,8 +220,8 @@ class WorkloadReconciler:
         if changed:
             steps.append(self.writer.write(p.raw, new))
         if to_apply:
-            assert p.ko is not None
-            steps.append(self.applier.apply(p.raw, p.ko, p.world, to_apply))
+            assert p.plan is not None
+            steps.append(self.applier.apply(p.raw, p.plan.o, p.world, to_apply))
         results = await asyncio.gather(*steps, return_exceptions=True) if steps else []
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:

@@ -35,17 +35,18 @@ from .childstatus import (
     TERMINATED,
     TERMINATING,
     UP,
-    batch_job_status,
     is_admitted,
     pvc_phase,
 )
-from .gpu import check_gpus, check_queue
 from .kaiwoobject import KaiwoObject
 from .kinds import WORKLOAD_KINDS, WorkloadKind
+from .kinds.batchjob.status import batch_job_status
+from .kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
 from .observed import ObservedChildren
+from .plan import WorkloadPlan
 from .storage import StoragePlan
 from .timing import parse_duration, parse_time
-from .validation import SpecError, gpu_plan, spec_error_from_validation, validate, world_gpu_stats
+from .validation import SpecError, spec_error_from_validation
 from .world import World, as_dict
 
 from .condtypes import (  # the condition types live in one place; re-exported here
@@ -92,12 +93,12 @@ def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Seq
     expected: list[Any] = []
     pvcs: list[dict | None] = []
     if plan.data_requested:
-        pvcs.append(children.data_pvc)
+        pvcs.append(children.get(DATA_PVC.slot))
     if plan.hf_requested:
-        pvcs.append(children.hf_pvc)
+        pvcs.append(children.get(HF_PVC.slot))
     expected += pvcs
     if plan.downloads_configured:
-        expected += [children.download_configmap, children.download_job]
+        expected += [children.get(DOWNLOAD_CONFIGMAP.slot), children.get(DOWNLOAD_JOB.slot)]
     if any(x is None for x in expected):
         return NEW, []
     conds = []
@@ -116,7 +117,7 @@ def _storage(plan: StoragePlan, children: ObservedChildren, prev_conditions: Seq
         return (FAILED if lost else COMPLETE), conds
     prev = find_condition(prev_conditions, DOWNLOAD_JOB_SUCCEEDED)
     previous = RUNNING if prev and prev.get("message") == "Download job in progress" else NEW
-    job = batch_job_status(children.download_job, previous)
+    job = batch_job_status(children.get(DOWNLOAD_JOB.slot), previous)
     if job == PENDING:
         conds.append(_cond(DOWNLOAD_JOB_SUCCEEDED, False, "JobPending", "Download job pending"))
     elif job == STARTING:
@@ -169,19 +170,18 @@ def _spec_invalid(error: SpecError) -> _Observation:
 
 
 def _observe_active(
-    wk: WorkloadKind, o: KaiwoObject, world: World, children: ObservedChildren, workload: Any, now: datetime
+    wk: WorkloadKind, p: WorkloadPlan, children: ObservedChildren, workload: Any, now: datetime
 ) -> _Observation:
+    o, world, queue = p.o, p.world, p.queue
     prev = o.status
     prev_status = prev.get("status") or NEW
     prev_conditions = prev.get("conditions") or []
-    errors = validate(o, world)
-    if errors:
-        return _spec_invalid(errors[0])
+    if p.errors:
+        return _spec_invalid(p.errors[0])
     removed: list[str] = [SPEC_VALID]
 
     # 1. Schedulable
-    queue = o.queue_name(world.settings)
-    failure = _schedulable(o, world, queue)
+    failure = p.schedulable()
     if not failure.status:
         return _Observation(ERROR, [_cond(SCHEDULABLE, False, failure.reason, failure.message)], tuple(removed))
     conds = [_cond(SCHEDULABLE, True, failure.reason, failure.message)]
@@ -195,7 +195,7 @@ def _observe_active(
     conds += _child_conditions(wk, o, children)
 
     # 2. Storage
-    plan = StoragePlan.of(o, world)
+    plan = p.storage
     if plan.enabled:
         st, sconds = _storage(plan, children, prev_conditions)
         conds += sconds
@@ -220,14 +220,6 @@ def _observe_active(
     dconds, terminating = _duration(o, children, now)
     conds += dconds
     return _Observation(TERMINATING if terminating else (obj_status or STARTING), conds, tuple(removed))
-
-
-def _schedulable(o: KaiwoObject, world: World, queue: str) -> Any:
-    """The queue check, then the GPU capacity check (``.status`` False: not schedulable)."""
-    failure = check_queue(queue, o.namespace, world.queue_config)
-    if failure is None:
-        failure = check_gpus(gpu_plan(o, world), world_gpu_stats(world, o.gpu_vendor))
-    return failure
 
 
 def _spec_change_not_applied(fields: Sequence[str]) -> tuple[str, str, str, str]:
@@ -295,12 +287,14 @@ def observe(
     children: ObservedChildren,
     workload: Mapping | Sequence[Mapping] | None,
     now: datetime,
-    typed: KaiwoObject | None = None,
+    plan: WorkloadPlan | None = None,
 ) -> dict[str, Any]:
     """The complete desired ``status`` of a KaiwoJob/KaiwoService.
 
     ``workload`` is the Kueue Workload of the underlying object (a list for a
     Deployment: one Workload per pod), ``None`` when there is none yet.
+    ``plan``: the reconcile's :class:`WorkloadPlan` of ``obj`` (its spec is
+    used; the status comes from ``obj``), built here when not given.
     ``now`` must be timezone-aware. Raises
     :class:`~kaiwo_ctrl.workloads.childstatus.UnknownChildStatus` for a child
     status this operator does not understand (reconcile error, retry).
@@ -315,15 +309,15 @@ def observe(
     if prev_status in TERMINAL:
         return prev
     try:
-        o = typed if typed is not None else KaiwoObject.of(raw)
+        p = plan if plan is not None else WorkloadPlan.of(raw, world)
     except ValidationError as exc:
         observation = _spec_invalid(spec_error_from_validation(exc))
     else:
         if prev_status == TERMINATING:
             observation = _terminate(prev.get("conditions") or [])
         else:
-            wk = kind if isinstance(kind, WorkloadKind) else WORKLOAD_KINDS[o.kind]
-            observation = _observe_active(wk, o, world, children, workload, now)
+            wk = kind if isinstance(kind, WorkloadKind) else WORKLOAD_KINDS[p.o.kind]
+            observation = _observe_active(wk, p, children, workload, now)
 
     conditions = copy.deepcopy(prev.get("conditions") or [])
     for type_ in observation.removed:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
-from .gpu import KNOWN_VENDORS, ClusterGpuStats, GpuPlan, cluster_gpu_stats, derive_gpu_plan
+from .gpu import KNOWN_VENDORS
 from .kaiwoobject import KaiwoObject
 from .podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
 from .storage import OBJECT_DOWNLOAD_KINDS
@@ -44,27 +44,6 @@ def spec_error_from_validation(exc: ValidationError, prefix: str = "") -> SpecEr
     return SpecError(path, "InvalidValue", err["msg"])
 
 
-def gpu_plan(obj: KaiwoObject, world: World) -> GpuPlan:
-    return derive_gpu_plan(obj.gpus, obj.replicas, obj.gpus_per_replica, gpu_stats(obj, world))
-
-
-def gpu_stats(obj: KaiwoObject, world: World) -> ClusterGpuStats | None:
-    """Stats for the workload's vendor; ``None`` when the nodes are unknown."""
-    if not world.nodes_known:
-        return None
-    return world_gpu_stats(world, obj.gpu_vendor)
-
-
-def world_gpu_stats(world: World, vendor: str) -> ClusterGpuStats:
-    """The cluster GPU statistics of a vendor, computed once per World (every
-    workload of a reconcile pass, and every pass until the nodes change)."""
-    key = ("gpu-stats", vendor, world.settings.default_gpu_resource_key)
-    stats = world.memo.get(key)
-    if stats is None:
-        stats = world.memo[key] = cluster_gpu_stats(world.nodes or (), vendor, world.settings.default_gpu_resource_key)
-    return stats
-
-
 def _quantity_errors(values: Any, path: str, positive: bool = False) -> list[SpecError]:
     out = []
     for key, value in (values or {}).items():
@@ -85,16 +64,6 @@ def _pod_containers(doc: dict | None, *path: str) -> list | None:
             return None
         cur = cur.get(p)
     return cur
-
-
-def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
-    """Static checks of the spec against itself and KaiwoConfig (no capacity).
-    Computed once per parsed object and World."""
-    key = ("validate", id(world))
-    hit = obj.memo.get(key)
-    if hit is None or hit[0] is not world:
-        hit = obj.memo[key] = (world, _validate(obj, world))
-    return list(hit[1])
 
 
 def _gpu_errors(obj: KaiwoObject, world: World) -> list[SpecError]:
@@ -139,7 +108,9 @@ def _gpu_errors(obj: KaiwoObject, world: World) -> list[SpecError]:
     return errors
 
 
-def _validate(obj: KaiwoObject, world: World) -> list[SpecError]:
+def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
+    """Static checks of the spec against itself and KaiwoConfig (no capacity).
+    A reconcile runs them once, into its :class:`~.plan.WorkloadPlan`."""
     spec = obj.spec
     errors = _gpu_errors(obj, world)
 

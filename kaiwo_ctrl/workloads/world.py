@@ -23,6 +23,8 @@ from typing import Any
 from api.config.v1alpha1 import KaiwoConfigSpec
 from kaiwo_ctrl.settings.environment import DEFAULT_DOWNLOAD_DEADLINE_SECONDS, DEFAULT_IMAGE
 
+from .gpu import GpuCapacity
+
 #: Used when the reconciler does not tell us the operator image.
 DEFAULT_DOWNLOADER_IMAGE = DEFAULT_IMAGE
 
@@ -108,10 +110,11 @@ class World:
         return self.nodes is not None
 
     @cached_property
-    def memo(self) -> dict[Any, Any]:
-        """Results derived from this (immutable) world alone, computed once:
-        a World is rebuilt whenever the caches it comes from change."""
-        return {}
+    def gpu_capacity(self) -> GpuCapacity:
+        """The nodes' GPU statistics per vendor, computed once: a World is
+        rebuilt whenever the caches it comes from change. No nodes (unknown
+        cluster) count as none."""
+        return GpuCapacity(self.nodes or (), self.settings.default_gpu_resource_key)
 
     @classmethod
     def from_dicts(

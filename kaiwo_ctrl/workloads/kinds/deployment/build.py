@@ -1,14 +1,13 @@
-"""The Deployment of a non-Ray KaiwoService."""
+"""Builder: the Deployment of a non-Ray KaiwoService."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .gpu import GpuPlan
-from .kaiwoobject import KaiwoObject
-from .labels import LABEL_APP, queue_labels
-from .naming import name_label
-from .podtemplate import (
+from ...labels import LABEL_APP, queue_labels
+from ...naming import name_label
+from ...plan import WorkloadPlan
+from ...podtemplate import (
     PodRole,
     apply_entrypoint,
     check_pod_template,
@@ -17,11 +16,10 @@ from .podtemplate import (
     expect_mapping,
     mapping_at,
 )
-from .storage import StoragePlan
-from .world import World
 
 
-def build_deployment(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+def build_deployment(p: WorkloadPlan) -> dict[str, Any]:
+    obj, world, gpu, storage = p.o, p.world, p.gpu, p.storage
     settings = world.settings
     user = obj.user_spec
     if user is not None:

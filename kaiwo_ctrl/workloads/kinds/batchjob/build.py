@@ -1,13 +1,12 @@
-"""The batch Job of a non-Ray KaiwoJob."""
+"""Builder: the batch Job of a non-Ray KaiwoJob."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .gpu import GpuPlan
-from .kaiwoobject import KaiwoObject
-from .labels import queue_labels
-from .podtemplate import (
+from ...labels import queue_labels
+from ...plan import WorkloadPlan
+from ...podtemplate import (
     PodRole,
     apply_entrypoint,
     check_pod_template,
@@ -15,13 +14,12 @@ from .podtemplate import (
     default_pod_template,
     expect_mapping,
 )
-from .storage import StoragePlan
-from .world import World
 
 DEFAULT_TTL_SECONDS = 3600
 
 
-def build_batch_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+def build_batch_job(p: WorkloadPlan) -> dict[str, Any]:
+    obj, world, gpu, storage = p.o, p.world, p.gpu, p.storage
     settings = world.settings
     user = obj.user_spec
     if user is not None:

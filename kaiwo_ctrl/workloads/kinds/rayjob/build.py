@@ -1,20 +1,18 @@
-"""The RayJob of a Ray KaiwoJob."""
+"""Builder: the RayJob of a Ray KaiwoJob."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .gpu import GpuPlan
-from .kaiwoobject import KaiwoObject
-from .labels import queue_labels
-from .podtemplate import normalize_entrypoint
-from .podtemplate import expect_mapping
-from .raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
-from .storage import StoragePlan
-from .world import World
+from ...labels import queue_labels
+from ...plan import WorkloadPlan
+from ...podtemplate import normalize_entrypoint
+from ...podtemplate import expect_mapping
+from ...raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
 
 
-def build_ray_job(obj: KaiwoObject, world: World, gpu: GpuPlan, storage: StoragePlan) -> dict[str, Any]:
+def build_ray_job(p: WorkloadPlan) -> dict[str, Any]:
+    obj, world, gpu, storage = p.o, p.world, p.gpu, p.storage
     user = obj.user_spec
     if user is not None:
         spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.rayJob.spec"))

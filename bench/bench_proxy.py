@@ -131,6 +131,7 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
     from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
     from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
     from kaiwo_ctrl.serving.proxy.resolve import Resolver
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
@@ -144,7 +145,9 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
         tracker.on_add({"metadata": {"name": f"p{i}", "namespace": "default", "labels": {"app": "model", "model": "bench"},
                                      "annotations": {"model-pod-port": str(backend_port)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
-    server = ProxyServer(ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None), ("127.0.0.1", port))
+    # the limits `kaiwo-ctrl proxy` runs with by default (a request deadline among them)
+    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits())
+    server = ProxyServer(handler, ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
     await server.started.wait()
     _settle()

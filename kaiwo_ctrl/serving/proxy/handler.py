@@ -31,6 +31,7 @@ import orjson
 from kaiwo_ctrl.runtime.net.http1 import Pool
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
@@ -93,6 +94,7 @@ class ProxyHandler:
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
+        self.deadlines = Deadlines()
         # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
@@ -103,6 +105,7 @@ class ProxyHandler:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
+        self.deadlines.close()
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
@@ -193,21 +196,26 @@ class ProxyHandler:
         ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
         ex.key = key
         code = "000"
+        task = None
+        if st.timeout is not None:  # no deadline: nothing to watch
+            task = asyncio.current_task()
+            self.deadlines.arm(task, st.timeout)  # type: ignore[arg-type]
         try:
-            if st.timeout is None:  # no deadline: no timer either
-                resp = await self._attempt(request, route, t, ex, body)
-            else:
-                async with asyncio.timeout(st.timeout):
-                    resp = await self._attempt(request, route, t, ex, body)
+            resp = await self._attempt(request, route, t, ex, body)
             code = str(resp.status)
             return resp
-        except TimeoutError:
-            code = "504"
-            return error_response(504, "Gateway Timeout: the Model's request timeout passed")
-        except (asyncio.CancelledError, ConnectionResetError):
+        except asyncio.CancelledError:
+            if task is not None and self.deadlines.disarm(task):
+                code = "504"
+                return error_response(504, "Gateway Timeout: the Model's request timeout passed")
             code = "499"  # the client went away
             raise
+        except ConnectionResetError:
+            code = "499"
+            raise
         finally:
+            if task is not None:
+                self.deadlines.disarm(task)
             st.active.dec()
             requests, duration = st.by_code(code)
             requests.inc()

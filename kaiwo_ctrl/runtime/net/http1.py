@@ -79,7 +79,7 @@ class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
-        "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
+        "pool", "key", "loop", "transport", "parser", "spare", "idle_since", "closed", "response",
         "reused", "head_bytes", "interim", "_waiter", "_paused",
     )
 
@@ -89,6 +89,7 @@ class _Conn(WriteFlow):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpResponseParser | None = None
+        self.spare: httptools.HttpResponseParser | None = None  # the parser of the last complete answer, for the next
         self.idle_since = 0.0
         self.closed = False
         self.response: Response | None = None
@@ -188,7 +189,7 @@ class _Conn(WriteFlow):
             self.interim = False  # the final answer follows on the same parser
             return
         r.complete = True
-        self.parser = None
+        self.spare, self.parser = self.parser, None  # llhttp is ready for the next message: reused if kept alive
         self._wake()
 
     # helpers
@@ -302,7 +303,7 @@ class Pool:
         while True:
             conn = await self._acquire(authority)
             resp = conn.response = Response(conn)
-            conn.parser = httptools.HttpResponseParser(conn)
+            conn.parser, conn.spare = conn.spare or httptools.HttpResponseParser(conn), None
             conn.head_bytes, conn.interim = 0, False
             try:
                 await conn.send(data, body)

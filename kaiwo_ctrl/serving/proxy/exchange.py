@@ -58,9 +58,12 @@ class Exchange:
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
         """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
+        ep = self.handler._choose(self.group, self.target, self.key, skip)
+        if ep is not None:  # one is free: no wait to time
+            return ep
         w0 = time.perf_counter()
         try:
-            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
+            ep = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
             return ep
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None

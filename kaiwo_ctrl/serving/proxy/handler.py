@@ -244,23 +244,28 @@ class ProxyHandler:
         deadline = None
         while True:
             changed = group.changed()
-            prefix = self._state(t).prefix  # the strategy is read at request time
-            if prefix is not None:
-                c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
-                ep = c.endpoint
-                if ep is not None:
-                    outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
-                    self.metrics.prefix_choices.labels(outcome).inc()
-                    self.metrics.prefix_examined.inc(c.examined)
-            else:
-                ep = group.choose_least(t.adapter, skip)
+            ep = self._choose(group, t, key, skip)
             if ep is not None:
-                return group.acquire(ep)
+                return ep
             if deadline is None and wait_limit is not None:
                 deadline = asyncio.get_running_loop().time() + wait_limit
             async with asyncio.timeout_at(deadline):
                 await changed.wait()
             t = self._refresh(t)
+
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint | None:
+        """An endpoint for ``t`` now (counted as in flight), or None when none is usable."""
+        prefix = self._state(t).prefix  # the strategy is read at request time
+        if prefix is not None:
+            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
+            ep = c.endpoint
+            if ep is not None:
+                outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
+                self.metrics.prefix_choices.labels(outcome).inc()
+                self.metrics.prefix_examined.inc(c.examined)
+        else:
+            ep = group.choose_least(t.adapter, skip)
+        return None if ep is None else group.acquire(ep)
 
     def _refresh(self, t: Target) -> Target:
         m = self.resolver.models.get(t.name, t.namespace)

@@ -95,6 +95,7 @@ class ProxyHandler:
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
         self.deadlines = Deadlines()
+        self._overhead = metrics.overhead.labels()
         # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
@@ -187,31 +188,32 @@ class ProxyHandler:
         key = (t.namespace, t.name)
         st = self._states.get(key)
         if st is None or st.model is not t.model:
-            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
+            # the tracker never drops a group: the same one serves the Model's life
+            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout, self.tracker.group(key))
         return st
 
     async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray, key: str, t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
-        ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
+        ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
-        code = "000"
+        code = 0
         task = None
         if st.timeout is not None:  # no deadline: nothing to watch
             task = asyncio.current_task()
             self.deadlines.arm(task, st.timeout)  # type: ignore[arg-type]
         try:
             resp = await self._attempt(request, route, t, ex, body)
-            code = str(resp.status)
+            code = resp.status
             return resp
         except asyncio.CancelledError:
             if task is not None and self.deadlines.disarm(task):
-                code = "504"
+                code = 504
                 return error_response(504, "Gateway Timeout: the Model's request timeout passed")
-            code = "499"  # the client went away
+            code = 499  # the client went away
             raise
         except ConnectionResetError:
-            code = "499"
+            code = 499
             raise
         finally:
             if task is not None:
@@ -221,13 +223,13 @@ class ProxyHandler:
             requests.inc()
             duration.observe(time.perf_counter() - t0)
             if ex.sent_at:
-                self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
+                self._overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _attempt(
         self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray,
     ) -> Response | Streamed:
         try:
-            if self.scaler is not None:
+            if self.scaler is not None and self.scaler.needed(t):  # checked here: no coroutine per request
                 await self.scaler.ensure_running(t)
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(

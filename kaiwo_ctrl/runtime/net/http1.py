@@ -163,10 +163,10 @@ class _Conn(WriteFlow):
         r.keep_alive = self.parser.should_keep_alive()
         chunked = False
         for k, v in r.headers:
-            lk = k.lower()
-            if lk == b"content-length":
+            n = len(k)  # the length first: lower() makes bytes
+            if n == 14 and k.lower() == b"content-length":
                 r.content_length = int(v)
-            elif lk == b"transfer-encoding":
+            elif n == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         r._until_eof = r.content_length is None and not chunked and r.status not in (204, 304)
         r._headers_done = True

@@ -8,8 +8,9 @@ from collections.abc import Iterable
 
 def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     """The first value of header ``name`` (lower-case) in raw ``headers``; None when absent."""
+    n = len(name)
     for k, v in headers:
-        if k.lower() == name:
+        if len(k) == n and k.lower() == name:  # the length first: most names differ in it, and lower() makes bytes
             return v
     return None
 

@@ -107,7 +107,8 @@ class Request:
         return first_header(self.headers, name)
 
     def header_values(self, name: bytes) -> list[bytes]:
-        return [v for k, v in self.headers if k.lower() == name]
+        n = len(name)
+        return [v for k, v in self.headers if len(k) == n and k.lower() == name]
 
     async def stream(self, status: int, headers: Headers, length: int | None = None) -> Streamed:
         """Send the status line and headers now; the body follows in :meth:`Streamed.write`:

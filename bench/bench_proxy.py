@@ -54,7 +54,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from procstat import cpu_seconds, peak_rss_mib
+from procstat import cpu_seconds_fine as cpu_seconds, peak_rss_mib
 
 HOSTS = [f"127.0.0.{11 + i}" for i in range(4)]
 PORT_BASE = 18400

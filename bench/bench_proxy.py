@@ -387,14 +387,17 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool, baseline: tupl
         print(f"\npeers: saturation (instant servers, 64 closed-loop clients, {n} requests each, 3 interleaved rounds, medians)")
         rates: dict[str, list[float]] = {name: [] for name, *_ in contenders}
         cpus: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+        failed = dict.fromkeys(rates, 0)
         for _ in range(3):
             for name, authority, path, pid in contenders:
                 c0 = _tree_cpu([pid])
-                _, dt, _ = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
+                _, dt, e = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
                 cpus[name].append((_tree_cpu([pid]) - c0) / n)
                 rates[name].append(n / dt)
+                failed[name] += e
         for name, *_ in contenders:
-            print(f"{name:<9}{statistics.median(rates[name]):>10,.0f} req/s   CPU {statistics.median(cpus[name]) * 1e6:>6.0f} us per request")
+            print(f"{name:<9}{statistics.median(rates[name]):>10,.0f} req/s   CPU {statistics.median(cpus[name]) * 1e6:>6.0f} us per request"
+                  f"   errors {failed[name]}{'  (not a figure: requests failed)' if failed[name] else ''}")
     finally:
         await s.close()
         for _, p, _ in started:

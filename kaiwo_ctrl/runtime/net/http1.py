@@ -59,7 +59,7 @@ class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
-        "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
+        "pool", "key", "loop", "transport", "parser", "spare", "idle_since", "closed", "response",
         "reused", "head_bytes", "interim", "sent_whole", "_waiter", "_paused",
     )
 
@@ -69,6 +69,7 @@ class _Conn(WriteFlow):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpResponseParser | None = None
+        self.spare: httptools.HttpResponseParser | None = None  # the parser of the last complete answer, for the next
         self.idle_since = 0.0
         self.closed = False
         self.response: Response | None = None
@@ -143,10 +144,10 @@ class _Conn(WriteFlow):
         r.keep_alive = self.parser.should_keep_alive()
         chunked = False
         for k, v in r.headers:
-            lk = k.lower()
-            if lk == b"content-length":
+            n = len(k)  # the length first: lower() makes bytes
+            if n == 14 and k.lower() == b"content-length":
                 r.content_length = int(v)
-            elif lk == b"transfer-encoding":
+            elif n == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         r._until_eof = r.content_length is None and not chunked and r.status not in (204, 304)
         r._headers_done = True
@@ -169,7 +170,7 @@ class _Conn(WriteFlow):
             self.interim = False  # the final answer follows on the same parser
             return
         r.complete = True
-        self.parser = None
+        self.spare, self.parser = self.parser, None  # llhttp is ready for the next message: reused if kept alive
         self._wake()
 
     # helpers
@@ -304,7 +305,7 @@ class Pool:
         while True:
             conn = await self._acquire(authority, fresh=isinstance(body, StreamBody))
             resp = conn.response = Response(conn)
-            conn.parser = httptools.HttpResponseParser(conn)
+            conn.parser, conn.spare = conn.spare or httptools.HttpResponseParser(conn), None
             conn.head_bytes, conn.interim, conn.sent_whole = 0, False, False
             try:
                 if isinstance(body, StreamBody):

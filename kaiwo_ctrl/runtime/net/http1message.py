@@ -25,9 +25,17 @@ def _date() -> bytes:
     return _date_cache[1]
 
 
+_status_lines: dict[tuple[bytes, int], bytes] = {}
+
+
 def response_head(status: int, headers: Headers, extra: bytes, version: bytes = b"1.1") -> bytes:
     """A response's head: status line, ``headers``, ``Date`` unless given, then ``extra`` (ending the head)."""
-    return encode_head(b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown")), headers, b"date", _date(), extra)
+    line = _status_lines.get((version, status))
+    if line is None:
+        line = b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown"))
+        if len(_status_lines) < 1024:  # statuses are 3 digits and versions two: bounded anyway
+            _status_lines[(version, status)] = line
+    return encode_head(line, headers, b"date", _date(), extra)
 
 
 class Response:
@@ -101,7 +109,8 @@ class Request:
         return first_header(self.headers, name)
 
     def header_values(self, name: bytes) -> list[bytes]:
-        return [v for k, v in self.headers if k.lower() == name]
+        n = len(name)
+        return [v for k, v in self.headers if len(k) == n and k.lower() == name]
 
     async def stream(self, status: int, headers: Headers, length: int | None = None) -> Streamed:
         """Send the status line and headers now; the body follows in :meth:`Streamed.write`:

@@ -66,9 +66,15 @@ class Response:
     async def read(self) -> bytes:
         """The whole (rest of the) body."""
         parts = []
-        async for chunk in self:
-            parts.append(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        while True:  # the loop of _iter, without an async generator (the loop registers each one)
+            if self._chunks:
+                parts.append(self._take())
+            elif self.complete:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+            elif self._error is not None:
+                raise self._error
+            else:
+                await self._conn.wait()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._iter()

@@ -59,16 +59,35 @@ def _named(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
 
+_KEEP, _DROP, _CONNECTION = 0, 1, 2
+#: what each header name (as sent) gets, memoised: names recur from request to request, and a
+#: lookup is cheaper than lower-casing and testing each; bounded (names are the client's word)
+_MEMO_NAMES, _MEMO_NAME_BYTES = 512, 64
+_memo_in: dict[bytes, int] = {}
+_memo_out: dict[bytes, int] = {}
+
+
+def _verdict(name: bytes, drop: frozenset[bytes], inbound: bool) -> int:
+    lk = name.lower()
+    if lk == b"connection":
+        return _CONNECTION
+    return _DROP if lk in drop or (inbound and lk.startswith(b"x-forwarded-")) else _KEEP
+
+
 def _without_hop_by_hop(raw: RawHeaders, drop: frozenset[bytes], inbound: bool) -> list[tuple[bytes, bytes]]:
     out = []
     named: set[bytes] | None = None
+    memo = _memo_in if inbound else _memo_out
     for k, v in raw:
-        lk = k.lower()
-        if lk in drop or (inbound and lk.startswith(b"x-forwarded-")):
-            if lk == b"connection":
-                named = _named(v) if named is None else named | _named(v)
-            continue
-        out.append((k, v))
+        verdict = memo.get(k)
+        if verdict is None:
+            verdict = _verdict(k, drop, inbound)
+            if len(memo) < _MEMO_NAMES and len(k) <= _MEMO_NAME_BYTES:
+                memo[k] = verdict
+        if verdict == _KEEP:
+            out.append((k, v))
+        elif verdict == _CONNECTION:
+            named = _named(v) if named is None else named | _named(v)
     if named:
         out = [(k, v) for k, v in out if k.lower() not in named]
     return out

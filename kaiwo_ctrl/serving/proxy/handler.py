@@ -38,6 +38,7 @@ from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
@@ -79,6 +80,8 @@ class ProxyHandler:
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
+        self.deadlines = Deadlines()
+        self._overhead = metrics.overhead.labels()
         # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
@@ -89,6 +92,7 @@ class ProxyHandler:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
+        self.deadlines.close()
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
@@ -190,43 +194,49 @@ class ProxyHandler:
         key = (t.namespace, t.name)
         st = self._states.get(key)
         if st is None or st.model is not t.model:
-            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
+            # the tracker never drops a group: the same one serves the Model's life
+            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout, self.tracker.group(key))
         return st
 
     async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray | StreamBody, key: str,
                      t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
-        ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
+        ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
-        code = "000"
+        code = 0
+        task = None
+        if st.timeout is not None:  # no deadline: nothing to watch
+            task = asyncio.current_task()
+            self.deadlines.arm(task, st.timeout)  # type: ignore[arg-type]
         try:
-            if st.timeout is None:  # no deadline: no timer either
-                resp = await self._attempt(request, route, t, ex, body)
-            else:
-                async with asyncio.timeout(st.timeout):
-                    resp = await self._attempt(request, route, t, ex, body)
-            code = str(resp.status)
+            resp = await self._attempt(request, route, t, ex, body)
+            code = resp.status
             return resp
-        except TimeoutError:
-            code = "504"
-            return error_response(504, "Gateway Timeout: the Model's request timeout passed")
-        except (asyncio.CancelledError, ConnectionResetError):
-            code = "499"  # the client went away
+        except asyncio.CancelledError:
+            if task is not None and self.deadlines.disarm(task):
+                code = 504
+                return error_response(504, "Gateway Timeout: the Model's request timeout passed")
+            code = 499  # the client went away
+            raise
+        except ConnectionResetError:
+            code = 499
             raise
         finally:
+            if task is not None:
+                self.deadlines.disarm(task)
             st.active.dec()
             requests, duration = st.by_code(code)
             requests.inc()
             duration.observe(time.perf_counter() - t0)
             if ex.sent_at:
-                self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
+                self._overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _attempt(
         self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray | StreamBody,
     ) -> Response | Streamed:
         try:
-            if self.scaler is not None:
+            if self.scaler is not None and self.scaler.needed(t):  # checked here: no coroutine per request
                 await self.scaler.ensure_running(t)
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
@@ -243,23 +253,28 @@ class ProxyHandler:
         deadline = None
         while True:
             changed = group.changed()
-            prefix = self._state(t).prefix  # the strategy is read at request time
-            if prefix is not None:
-                c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
-                ep = c.endpoint
-                if ep is not None:
-                    outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
-                    self.metrics.prefix_choices.labels(outcome).inc()
-                    self.metrics.prefix_examined.inc(c.examined)
-            else:
-                ep = group.choose_least(t.adapter, skip)
+            ep = self._choose(group, t, key, skip)
             if ep is not None:
-                return group.acquire(ep)
+                return ep
             if deadline is None and wait_limit is not None:
                 deadline = asyncio.get_running_loop().time() + wait_limit
             async with asyncio.timeout_at(deadline):
                 await changed.wait()
             t = self._refresh(t)
+
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint | None:
+        """An endpoint for ``t`` now (counted as in flight), or None when none is usable."""
+        prefix = self._state(t).prefix  # the strategy is read at request time
+        if prefix is not None:
+            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
+            ep = c.endpoint
+            if ep is not None:
+                outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
+                self.metrics.prefix_choices.labels(outcome).inc()
+                self.metrics.prefix_examined.inc(c.examined)
+        else:
+            ep = group.choose_least(t.adapter, skip)
+        return None if ep is None else group.acquire(ep)
 
     def _refresh(self, t: Target) -> Target:
         m = self.resolver.models.get(t.name, t.namespace)

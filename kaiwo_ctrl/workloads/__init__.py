@@ -5,10 +5,10 @@ builds a :class:`World`, calls :func:`desired_children` and :func:`observe`, and
 applies the results (see each function's documentation for what it expects).
 """
 
-from .desired import desired_children, main_workload
-from .drift import OWNED_BY_OTHERS, immutable_drift
-from .render import RenderError, render
-from .status import (
+from .reconcile.desired import desired_children, main_workload
+from .observe.drift import OWNED_BY_OTHERS, immutable_drift
+from .reconcile.render import RenderError, render
+from .observe.status import (
     ObservedChildren,
     download_succeeded,
     has_gpu_demand,
@@ -17,8 +17,8 @@ from .status import (
     status_events,
     sweep_expired,
 )
-from .validation import SpecError
-from .world import World
+from .builders.validation import SpecError
+from .base.world import World
 
 __all__ = [
     "OWNED_BY_OTHERS",

@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kaiwo_ctrl.workloads.desired import desired_pairs
-from kaiwo_ctrl.workloads.gpu import GpuCapacity, cluster_gpu_stats
+from kaiwo_ctrl.workloads.reconcile.desired import desired_pairs
+from kaiwo_ctrl.workloads.base.gpu import GpuCapacity, cluster_gpu_stats
 from kaiwo_ctrl.workloads.kinds import KAIWOJOB
-from kaiwo_ctrl.workloads.observed import ObservedChildren
-from kaiwo_ctrl.workloads.plan import WorkloadPlan
-from kaiwo_ctrl.workloads.status import observe
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.observed import ObservedChildren
+from kaiwo_ctrl.workloads.builders.plan import WorkloadPlan
+from kaiwo_ctrl.workloads.observe.status import observe
+from kaiwo_ctrl.workloads.base.world import World
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 NODES = [{"metadata": {"name": f"g{i}", "labels": {"kaiwo/nodepool": "amd-mi300x-8gpu-96core-1024gi"}},

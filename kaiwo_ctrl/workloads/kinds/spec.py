@@ -17,10 +17,10 @@ from typing import Any
 from kaiwo_ctrl.runtime.api.client import Resource
 from kaiwo_ctrl.runtime.control.handler import Request
 
-from ..kaiwoobject import KaiwoObject
-from ..naming import name_with_suffix
-from ..observed import MAIN, ObservedChildren
-from ..plan import WorkloadPlan
+from ..base.kaiwoobject import KaiwoObject
+from ..base.naming import name_with_suffix
+from ..base.observed import MAIN, ObservedChildren
+from ..builders.plan import WorkloadPlan
 
 GROUP = "kaiwo.silogen.ai"
 

@@ -42,11 +42,11 @@ from kaiwo_ctrl.runtime.api.resources import PODS, PRIORITYCLASSES
 from kaiwo_ctrl.runtime.cache.store import index_by_label
 from kaiwo_ctrl.settings import ConfigMissing, environment, settings_for
 
-from .childstatus import ERROR, PENDING, UP
-from .kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
-from .labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
-from .status import PREEMPTABLE
-from .world import World
+from ..base.childstatus import ERROR, PENDING, UP
+from ..kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
+from ..base.labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
+from ..observe.status import PREEMPTABLE
+from ..base.world import World
 
 
 IDX_DURATION_RUNNING = "kaiwo-duration-running"

@@ -11,14 +11,14 @@ from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.cache.store import OWNER_UID_INDEX
 
 from .caches import SharedCaches
-from .drift import is_controlled_by
-from .kinds import CHILD_RESOURCES, TERMINATION_KINDS, WorkloadKind
-from .observed import ObservedChildren
-from .status import observe
+from ..observe.drift import is_controlled_by
+from ..kinds import CHILD_RESOURCES, TERMINATION_KINDS, WorkloadKind
+from ..base.observed import ObservedChildren
+from ..observe.status import observe
 from .statuswrite import StatusWriter
-from .world import World
+from ..base.world import World
 
-log = logging.getLogger("kaiwo_ctrl.workloads.termination")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.termination")
 
 
 class Terminator:

@@ -34,12 +34,12 @@ from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 
 from .caches import SharedCaches
-from .drift import growing, is_controlled_by
-from .kaiwoobject import KaiwoObject
-from .kinds import CHILD_RESOURCES, ChildSpec
-from .world import World
+from ..observe.drift import growing, is_controlled_by
+from ..base.kaiwoobject import KaiwoObject
+from ..kinds import CHILD_RESOURCES, ChildSpec
+from ..base.world import World
 
-log = logging.getLogger("kaiwo_ctrl.workloads.children")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.children")
 
 
 class LocalQueueError(RuntimeError):

@@ -39,22 +39,22 @@ from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from .caches import IDX_JOB_UID, IDX_PENDING_GPU, IDX_RUN_ID, SharedCaches, terminated_early
 from .caches import status_of as _status_of
 from .children import ChildApplier, LocalQueueError
-from .childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
+from ..base.childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
 from .desired import desired_pairs
-from .drift import immutable_drift, is_controlled_by
-from .kinds import WORKLOAD_KINDS, ChildSpec, WorkloadKind
-from .observed import ObservedChildren
-from .plan import WorkloadPlan
-from .status import download_succeeded, has_gpu_demand, observe, requeue_after, sweep_expired
+from ..observe.drift import immutable_drift, is_controlled_by
+from ..kinds import WORKLOAD_KINDS, ChildSpec, WorkloadKind
+from ..base.observed import ObservedChildren
+from ..builders.plan import WorkloadPlan
+from ..observe.status import download_succeeded, has_gpu_demand, observe, requeue_after, sweep_expired
 from .statuswrite import Gone, StatusWriter, failed_stage_status, refused_status
 from .sweep import Sweeper
 from .termination import Terminator
-from .validation import SpecError
-from .world import World
+from ..builders.validation import SpecError
+from ..base.world import World
 
 __all__ = ["LocalQueueError", "WorkloadReconciler"]
 
-log = logging.getLogger("kaiwo_ctrl.workloads.reconciler")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.reconciler")
 
 Desired = list[tuple[ChildSpec, dict]] | SpecError | None
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .gpu import GpuPlan, SchedulableResult, check_gpus, check_queue, derive_gpu_plan
-from .kaiwoobject import KaiwoObject
+from ..base.gpu import GpuPlan, SchedulableResult, check_gpus, check_queue, derive_gpu_plan
+from ..base.kaiwoobject import KaiwoObject
 from .storage import StoragePlan
 from .validation import SpecError, validate
-from .world import World
+from ..base.world import World
 
 __all__ = ["WorkloadPlan"]
 

@@ -20,11 +20,11 @@ from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from .caches import SharedCaches
-from .childstatus import ERROR
-from .kinds import OWN_RESOURCES, WorkloadKind
-from .status import SCHEDULABLE, SPEC_CHANGE_NOT_APPLIED, SPEC_VALID, status_events
+from ..base.childstatus import ERROR
+from ..kinds import OWN_RESOURCES, WorkloadKind
+from ..observe.status import SCHEDULABLE, SPEC_CHANGE_NOT_APPLIED, SPEC_VALID, status_events
 
-log = logging.getLogger("kaiwo_ctrl.workloads.statuswrite")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.statuswrite")
 
 CHILD_REJECTED = "ChildRejected"
 

@@ -20,9 +20,9 @@ from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
 
-from .childstatus import ERROR
-from .condtypes import SPEC_VALID
-from .kinds import OWN_RESOURCES
+from ..base.childstatus import ERROR
+from ..base.condtypes import SPEC_VALID
+from ..kinds import OWN_RESOURCES
 
 REASON = "InvalidSpec"
 

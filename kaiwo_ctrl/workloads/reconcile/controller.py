@@ -20,11 +20,11 @@ from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChange
 from kaiwo_ctrl.settings.environment import IMAGE_ENV
 
 from .caches import IDX_DURATION_RUNNING, IDX_ERROR, QueueConfigMissing, SharedCaches, trim_pod
-from .kinds import GROUP, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
-from .kinds.mapping import service_pod_owner
-from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
+from ..kinds import GROUP, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
+from ..kinds.mapping import service_pod_owner
+from ..base.labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
 from .reconciler import LocalQueueError, WorkloadReconciler
-from .undecodable import reporter as skipped_reporter
+from ..observe.undecodable import reporter as skipped_reporter
 from .sweep import RUNNABLE as SWEEP_RUNNABLE
 from .sweep import Sweeper
 

@@ -1,5 +1,5 @@
 """What the caches hold for one workload, sorted into the slots its
-:class:`~.kinds.WorkloadKind` declares (:meth:`~.kinds.WorkloadKind.observed`)."""
+:class:`~kaiwo_ctrl.workloads.kinds.WorkloadKind` declares (:meth:`~kaiwo_ctrl.workloads.kinds.WorkloadKind.observed`)."""
 
 from __future__ import annotations
 

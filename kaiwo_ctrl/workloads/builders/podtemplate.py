@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
 from ..base.gpu import GpuPlan, gpu_resource_key
@@ -19,10 +20,8 @@ from ..base.labels import (
     NOT_COPIED_ANNOTATIONS,
 )
 from ..base.resources import apply_to_container, apply_to_init_container, container_requests_gpu, resource_template
-from .storage import SECURITY_CONTEXT, StoragePlan
-from kaiwo_ctrl.aim.credentials import pull_secrets
-
 from ..base.world import World
+from .storage import SECURITY_CONTEXT, StoragePlan
 
 DSHM_VOLUME = "dshm"
 DSHM_MOUNT = {"name": DSHM_VOLUME, "mountPath": "/dev/shm"}

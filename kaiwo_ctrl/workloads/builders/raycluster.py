@@ -6,9 +6,16 @@ from typing import Any
 
 from ..base.gpu import GpuPlan
 from ..base.kaiwoobject import KaiwoObject
-from .podtemplate import PodRole, check_pod_template, decorate_pod_template, default_pod_template, expect_objects, mapping_at
-from .storage import StoragePlan
 from ..base.world import World
+from .podtemplate import (
+    PodRole,
+    check_pod_template,
+    decorate_pod_template,
+    default_pod_template,
+    expect_objects,
+    mapping_at,
+)
+from .storage import StoragePlan
 
 DEFAULT_WORKER_GROUP = "default-worker-group"
 

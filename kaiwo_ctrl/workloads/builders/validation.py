@@ -13,10 +13,10 @@ from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
 from ..base.gpu import KNOWN_VENDORS
 from ..base.kaiwoobject import KaiwoObject
-from .podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
-from .storage import OBJECT_DOWNLOAD_KINDS
 from ..base.timing import parse_duration
 from ..base.world import World
+from .podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
+from .storage import OBJECT_DOWNLOAD_KINDS
 
 #: Linux MAX_ARG_STRLEN (32 pages of 4 KiB): the longest single argv string,
 #: terminating NUL included. The entrypoint script is passed as one argument.

@@ -78,7 +78,7 @@ class ChildSpec:
       object with no owner reference of ours -> its workload) or ``None``
       (never watched); ``adopted``: map function for a managed child no
       workload controls (it still follows the workload of its name).
-    * ``slot`` (derived): where :class:`~..observed.ObservedChildren` holds
+    * ``slot`` (derived): where :class:`~kaiwo_ctrl.workloads.base.observed.ObservedChildren` holds
       it; readers name it through the entry (``DOWNLOAD_JOB.slot``), never
       as a string. :data:`MAIN` for the main child, else ``key`` when given,
       else ``<kind>`` or ``<kind>-<suffix>``.

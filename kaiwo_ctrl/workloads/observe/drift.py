@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.objects.diff import differences
 from kaiwo_ctrl.runtime.objects.objpath import get_path
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
 from ..kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
 

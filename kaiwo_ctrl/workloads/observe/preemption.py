@@ -19,6 +19,7 @@ from ..base.kaiwoobject import KaiwoObject
 from ..base.timing import parse_duration, parse_time
 from ..base.world import World
 
+
 def download_succeeded(status: Mapping | None) -> bool:
     """Whether the stored status says the download Job succeeded (the main object is only built after it)."""
     cond = find_condition((status or {}).get("conditions"), DOWNLOAD_JOB_SUCCEEDED)

@@ -38,17 +38,6 @@ from ..base.childstatus import (
     is_admitted,
     pvc_phase,
 )
-from ..base.kaiwoobject import KaiwoObject
-from ..kinds import WORKLOAD_KINDS, WorkloadKind
-from ..kinds.batchjob.status import batch_job_status
-from ..kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
-from ..base.observed import ObservedChildren
-from ..builders.plan import WorkloadPlan
-from ..builders.storage import StoragePlan
-from ..base.timing import parse_duration, parse_time
-from ..builders.validation import SpecError, spec_error_from_validation
-from ..base.world import World, as_dict
-
 from ..base.condtypes import (  # the condition types live in one place; re-exported here
     ADMITTED,
     DOWNLOAD_JOB_SUCCEEDED,
@@ -60,6 +49,16 @@ from ..base.condtypes import (  # the condition types live in one place; re-expo
     SPEC_VALID,
     WORKLOAD_TERMINATED_EARLY,
 )
+from ..base.kaiwoobject import KaiwoObject
+from ..base.observed import ObservedChildren
+from ..base.timing import parse_duration, parse_time
+from ..base.world import World, as_dict
+from ..builders.plan import WorkloadPlan
+from ..builders.storage import StoragePlan
+from ..builders.validation import SpecError, spec_error_from_validation
+from ..kinds import WORKLOAD_KINDS, WorkloadKind
+from ..kinds.batchjob.status import batch_job_status
+from ..kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
 from .preemption import (  # re-exported: the reconciler's helpers
     STATUS_EVENTS,
     download_succeeded,

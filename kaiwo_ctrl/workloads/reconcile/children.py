@@ -27,17 +27,17 @@ from typing import Any
 
 from kaiwo_ctrl.kinds import LOCALQUEUES
 from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
-from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
+from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.objects.objpath import get_path, pop_path
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 
-from .caches import SharedCaches
-from ..observe.drift import growing, is_controlled_by
 from ..base.kaiwoobject import KaiwoObject
-from ..kinds import CHILD_RESOURCES, ChildSpec
 from ..base.world import World
+from ..kinds import CHILD_RESOURCES, ChildSpec
+from ..observe.drift import growing, is_controlled_by
+from .caches import SharedCaches
 
 log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.children")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from kaiwo_ctrl.queues.nodepools import desired_node_labels, discover, exclude_control_plane_setting
 
-from .desired import desired_children
 from ..base.kaiwoobject import KINDS, RENDER_UID
-from ..builders.validation import SpecError
 from ..base.world import World
+from ..builders.validation import SpecError
+from .desired import desired_children
 
 
 class RenderError(ValueError):

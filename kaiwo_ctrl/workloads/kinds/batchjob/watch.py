@@ -10,6 +10,7 @@ from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 from ...base.labels import LABEL_MANAGED, LABEL_NAME
 
+
 def adopted_job_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
     """A Kaiwo-managed Job no KaiwoJob controls (adopted through the Job
     webhook) -> the KaiwoJob of the same name, which follows its status."""

@@ -6,8 +6,7 @@ from typing import Any
 
 from ...base.labels import queue_labels
 from ...builders.plan import WorkloadPlan
-from ...builders.podtemplate import normalize_entrypoint
-from ...builders.podtemplate import expect_mapping
+from ...builders.podtemplate import expect_mapping, normalize_entrypoint
 from ...builders.raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
 
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from ...base.childstatus import COMPLETE, FAILED, NEW, RUNNING, STARTING, TERMINATED, UnknownChildStatus
 from ...base.observed import ObservedChildren
 
-
 _RAYJOB = {"": STARTING, "PENDING": STARTING, "RUNNING": RUNNING, "FAILED": FAILED, "SUCCEEDED": COMPLETE, "STOPPED": TERMINATED}
 
 

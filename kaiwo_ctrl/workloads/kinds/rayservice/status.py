@@ -6,7 +6,6 @@ from collections.abc import Mapping
 
 from ...base.childstatus import FAILED, NEW, READY, STARTING, condition_of
 
-
 FAILED_APP_STATUSES = frozenset({"UNHEALTHY", "DEPLOY_FAILED"})
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 from kaiwo_ctrl.workloads.kinds import CHILD_KINDS, OWNS_ANY, ChildSpec, workload_kinds
-from kaiwo_ctrl.workloads.plan import WorkloadPlan
+from kaiwo_ctrl.workloads.builders.plan import WorkloadPlan
 from test_workloads_support import (  # noqa: F401 - fixtures
     MERGE,
     conditions,

@@ -17,9 +17,9 @@ import pytest
 
 import kaiwo_ctrl.workloads.kinds as kinds_pkg
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
-from kaiwo_ctrl.workloads.childstatus import COMPLETE, NEW, RUNNING, STARTING
-from kaiwo_ctrl.workloads.desired import desired_pairs
-from kaiwo_ctrl.workloads.drift import immutable_drift
+from kaiwo_ctrl.workloads.base.childstatus import COMPLETE, NEW, RUNNING, STARTING
+from kaiwo_ctrl.workloads.reconcile.desired import desired_pairs
+from kaiwo_ctrl.workloads.observe.drift import immutable_drift
 from kaiwo_ctrl.workloads.kinds import (
     CHILD_KINDS,
     WORKLOAD_KINDS,
@@ -29,10 +29,10 @@ from kaiwo_ctrl.workloads.kinds import (
     workload_kinds,
 )
 from kaiwo_ctrl.workloads.kinds import batchjob
-from kaiwo_ctrl.workloads.observed import ObservedChildren
-from kaiwo_ctrl.workloads.plan import WorkloadPlan
-from kaiwo_ctrl.workloads.status import observe
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.observed import ObservedChildren
+from kaiwo_ctrl.workloads.builders.plan import WorkloadPlan
+from kaiwo_ctrl.workloads.observe.status import observe
+from kaiwo_ctrl.workloads.base.world import World
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 NODES = [{"metadata": {"name": f"g{i}", "labels": {"kaiwo/nodepool": "amd-mi300x-8gpu-96core-1024gi"}},

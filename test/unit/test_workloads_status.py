@@ -5,11 +5,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kaiwo_ctrl.workloads.childstatus import UnknownChildStatus
+from kaiwo_ctrl.workloads.base.childstatus import UnknownChildStatus
 from kaiwo_ctrl.workloads.kinds.batchjob.status import batch_job_status
 from kaiwo_ctrl.workloads.kinds.deployment.status import deployment_status
 from kaiwo_ctrl.workloads.kinds.rayjob.status import ray_job_status
-from kaiwo_ctrl.workloads.status import (
+from kaiwo_ctrl.workloads.observe.status import (
     ObservedChildren,
     download_succeeded,
     has_gpu_demand,
@@ -21,7 +21,7 @@ from kaiwo_ctrl.workloads.status import (
 from kaiwo_ctrl.workloads.kinds import WORKLOAD_KINDS
 from kaiwo_ctrl.workloads.kinds.rayservice import CHILD as RAYSERVICE
 from kaiwo_ctrl.workloads.kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.world import World
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 T0S = "2026-01-01T12:00:00Z"

@@ -8,7 +8,7 @@ from typing import Any
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
-from ..labels import LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
+from ..base.labels import LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 
 
 def service_pod_owner(services: Any) -> Callable[[Mapping[str, Any]], Iterable[Request]]:

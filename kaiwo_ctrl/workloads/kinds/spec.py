@@ -17,10 +17,10 @@ from typing import Any
 from kaiwo_ctrl.runtime.api.client import Resource
 from kaiwo_ctrl.runtime.control.handler import Request
 
-from ..kaiwoobject import KaiwoObject
-from ..naming import name_with_suffix
-from ..observed import MAIN, ObservedChildren
-from ..plan import WorkloadPlan
+from ..base.kaiwoobject import KaiwoObject
+from ..base.naming import name_with_suffix
+from ..base.observed import MAIN, ObservedChildren
+from ..builders.plan import WorkloadPlan
 
 GROUP = "kaiwo.silogen.ai"
 
@@ -78,7 +78,7 @@ class ChildSpec:
       object with no owner reference of ours -> its workload) or ``None``
       (never watched); ``adopted``: map function for a managed child no
       workload controls (it still follows the workload of its name).
-    * ``slot`` (derived): where :class:`~..observed.ObservedChildren` holds
+    * ``slot`` (derived): where :class:`~kaiwo_ctrl.workloads.base.observed.ObservedChildren` holds
       it; readers name it through the entry (``DOWNLOAD_JOB.slot``), never
       as a string. :data:`MAIN` for the main child, else ``key`` when given,
       else ``<kind>`` or ``<kind>-<suffix>``.

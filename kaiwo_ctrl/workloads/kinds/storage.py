@@ -7,8 +7,8 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PVCS
 
-from ..plan import WorkloadPlan
-from ..storage import build_download_configmap, build_download_job, build_pvc
+from ..builders.plan import WorkloadPlan
+from ..builders.storage import build_download_configmap, build_download_job, build_pvc
 from .spec import JOB_IMMUTABLE, ChildSpec, Paths
 
 _PVC_STORAGE = "spec.resources.requests.storage"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...labels import queue_labels
-from ...plan import WorkloadPlan
+from ...base.labels import queue_labels
+from ...builders.plan import WorkloadPlan
 from ..rayservice.build import build_ray_service
 
 APPWRAPPER_API_VERSION = "workload.codeflare.dev/v1beta2"

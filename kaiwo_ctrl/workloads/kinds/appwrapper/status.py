@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...observed import ObservedChildren
+from ...base.observed import ObservedChildren
 from ..rayservice import CHILD as RAYSERVICE
 from ..rayservice.status import ray_service_status
 

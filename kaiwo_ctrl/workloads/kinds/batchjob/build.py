@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...labels import queue_labels
-from ...plan import WorkloadPlan
-from ...podtemplate import (
+from ...base.labels import queue_labels
+from ...builders.plan import WorkloadPlan
+from ...builders.podtemplate import (
     PodRole,
     apply_entrypoint,
     check_pod_template,

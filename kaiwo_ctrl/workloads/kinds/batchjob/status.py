@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...childstatus import COMPLETE, FAILED, NEW, PENDING, RUNNING, STARTING, conditions_of
-from ...observed import ObservedChildren
+from ...base.childstatus import COMPLETE, FAILED, NEW, PENDING, RUNNING, STARTING, conditions_of
+from ...base.observed import ObservedChildren
 
 
 def batch_job_status(job: Mapping | None, previous: str = NEW) -> str:

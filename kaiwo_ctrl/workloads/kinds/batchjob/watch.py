@@ -8,7 +8,8 @@ from typing import Any
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
-from ...labels import LABEL_MANAGED, LABEL_NAME
+from ...base.labels import LABEL_MANAGED, LABEL_NAME
+
 
 def adopted_job_owner(obj: Mapping[str, Any]) -> Iterable[Request]:
     """A Kaiwo-managed Job no KaiwoJob controls (adopted through the Job

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...labels import LABEL_APP, queue_labels
-from ...naming import name_label
-from ...plan import WorkloadPlan
-from ...podtemplate import (
+from ...base.labels import LABEL_APP, queue_labels
+from ...base.naming import name_label
+from ...builders.plan import WorkloadPlan
+from ...builders.podtemplate import (
     PodRole,
     apply_entrypoint,
     check_pod_template,

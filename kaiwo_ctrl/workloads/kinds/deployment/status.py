@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...childstatus import ERROR, NEW, READY, RUNNING, STARTING, condition_of
-from ...observed import ObservedChildren
+from ...base.childstatus import ERROR, NEW, READY, RUNNING, STARTING, condition_of
+from ...base.observed import ObservedChildren
 
 
 def deployment_status(deployment: Mapping | None) -> str:

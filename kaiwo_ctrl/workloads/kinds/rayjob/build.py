@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...labels import queue_labels
-from ...plan import WorkloadPlan
-from ...podtemplate import normalize_entrypoint
-from ...podtemplate import expect_mapping
-from ...raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
+from ...base.labels import queue_labels
+from ...builders.plan import WorkloadPlan
+from ...builders.podtemplate import expect_mapping, normalize_entrypoint
+from ...builders.raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
 
 
 def build_ray_job(p: WorkloadPlan) -> dict[str, Any]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...childstatus import COMPLETE, FAILED, NEW, RUNNING, STARTING, TERMINATED, UnknownChildStatus
-from ...observed import ObservedChildren
-
+from ...base.childstatus import COMPLETE, FAILED, NEW, RUNNING, STARTING, TERMINATED, UnknownChildStatus
+from ...base.observed import ObservedChildren
 
 _RAYJOB = {"": STARTING, "PENDING": STARTING, "RUNNING": RUNNING, "FAILED": FAILED, "SUCCEEDED": COMPLETE, "STOPPED": TERMINATED}
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...podtemplate import expect_mapping
-from ...plan import WorkloadPlan
-from ...raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
+from ...builders.plan import WorkloadPlan
+from ...builders.podtemplate import expect_mapping
+from ...builders.raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
+
 
 def build_ray_service(p: WorkloadPlan) -> dict[str, Any]:
     """The RayService manifest (not created directly; it goes into the AppWrapper)."""

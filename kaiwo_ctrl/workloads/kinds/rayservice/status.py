@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...childstatus import FAILED, NEW, READY, STARTING, condition_of
-
+from ...base.childstatus import FAILED, NEW, READY, STARTING, condition_of
 
 FAILED_APP_STATUSES = frozenset({"UNHEALTHY", "DEPLOY_FAILED"})
 

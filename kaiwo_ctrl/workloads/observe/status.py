@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from kaiwo_ctrl.runtime.observe.conditions import find_condition, format_time, remove_condition, set_condition
 
-from .childstatus import (
+from ..base.childstatus import (
     ACTIVE,
     COMPLETE,
     DOWNLOADING,
@@ -38,18 +38,7 @@ from .childstatus import (
     is_admitted,
     pvc_phase,
 )
-from .kaiwoobject import KaiwoObject
-from .kinds import WORKLOAD_KINDS, WorkloadKind
-from .kinds.batchjob.status import batch_job_status
-from .kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
-from .observed import ObservedChildren
-from .plan import WorkloadPlan
-from .storage import StoragePlan
-from .timing import parse_duration, parse_time
-from .validation import SpecError, spec_error_from_validation
-from .world import World, as_dict
-
-from .condtypes import (  # the condition types live in one place; re-exported here
+from ..base.condtypes import (  # the condition types live in one place; re-exported here
     ADMITTED,
     DOWNLOAD_JOB_SUCCEEDED,
     PREEMPTABLE,
@@ -60,6 +49,16 @@ from .condtypes import (  # the condition types live in one place; re-exported h
     SPEC_VALID,
     WORKLOAD_TERMINATED_EARLY,
 )
+from ..base.kaiwoobject import KaiwoObject
+from ..base.observed import ObservedChildren
+from ..base.timing import parse_duration, parse_time
+from ..base.world import World, as_dict
+from ..builders.plan import WorkloadPlan
+from ..builders.storage import StoragePlan
+from ..builders.validation import SpecError, spec_error_from_validation
+from ..kinds import WORKLOAD_KINDS, WorkloadKind
+from ..kinds.batchjob.status import batch_job_status
+from ..kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
 from .preemption import (  # re-exported: the reconciler's helpers
     STATUS_EVENTS,
     download_succeeded,
@@ -296,7 +295,7 @@ def observe(
     ``plan``: the reconcile's :class:`WorkloadPlan` of ``obj`` (its spec is
     used; the status comes from ``obj``), built here when not given.
     ``now`` must be timezone-aware. Raises
-    :class:`~kaiwo_ctrl.workloads.childstatus.UnknownChildStatus` for a child
+    :class:`~kaiwo_ctrl.workloads.base.childstatus.UnknownChildStatus` for a child
     status this operator does not understand (reconcile error, retry).
     """
     raw = as_dict(obj)

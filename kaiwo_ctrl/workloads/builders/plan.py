@@ -2,8 +2,8 @@
 its spec validated once, its queue and GPU capacity checked once, its GPU and
 storage plans derived once.
 
-The desired builders (:mod:`.desired`) and the status machine
-(:func:`~.status.observe`) both read one :class:`WorkloadPlan`, built at the
+The desired builders (:mod:`kaiwo_ctrl.workloads.reconcile.desired`) and the status machine
+(:func:`~kaiwo_ctrl.workloads.observe.status.observe`) both read one :class:`WorkloadPlan`, built at the
 start of the reconcile; nothing below it parses, validates or derives again.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .gpu import GpuPlan, SchedulableResult, check_gpus, check_queue, derive_gpu_plan
-from .kaiwoobject import KaiwoObject
+from ..base.gpu import GpuPlan, SchedulableResult, check_gpus, check_queue, derive_gpu_plan
+from ..base.kaiwoobject import KaiwoObject
+from ..base.world import World
 from .storage import StoragePlan
 from .validation import SpecError, validate
-from .world import World
 
 __all__ = ["WorkloadPlan"]
 
@@ -47,7 +47,7 @@ class WorkloadPlan:
         """Parse (a model, a dict or a :class:`KaiwoObject`; raises
         ``pydantic.ValidationError`` for a dict that does not fit the API),
         validate and derive. ``checked=False`` skips the spec and capacity
-        checks (build regardless, as :func:`~.desired.main_workload` does)."""
+        checks (build regardless, as :func:`~kaiwo_ctrl.workloads.reconcile.desired.main_workload` does)."""
         o = KaiwoObject.of(obj)
         errors = tuple(validate(o, world)) if checked else ()
         cluster = world.gpu_capacity.stats(o.gpu_vendor)

@@ -1,5 +1,5 @@
 """What the caches hold for one workload, sorted into the slots its
-:class:`~.kinds.WorkloadKind` declares (:meth:`~.kinds.WorkloadKind.observed`)."""
+:class:`~kaiwo_ctrl.workloads.kinds.WorkloadKind` declares (:meth:`~kaiwo_ctrl.workloads.kinds.WorkloadKind.observed`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ class ObservedChildren:
     """The observed children of one workload by slot (absent: ``None``).
 
     ``main`` is the underlying object (Job, RayJob, Deployment or AppWrapper);
-    ``unapplied_fields`` what :func:`kaiwo_ctrl.workloads.drift.immutable_drift`
+    ``unapplied_fields`` what :func:`kaiwo_ctrl.workloads.observe.drift.immutable_drift`
     found; ``gpu_demand`` whether another workload is waiting for GPUs (see
-    :func:`kaiwo_ctrl.workloads.status.has_gpu_demand`).
+    :func:`kaiwo_ctrl.workloads.observe.status.has_gpu_demand`).
     """
 
     __slots__ = ("objects", "unapplied_fields", "gpu_demand")

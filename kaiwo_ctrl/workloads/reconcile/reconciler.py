@@ -1,10 +1,10 @@
 """The generic workload reconciler: one reconcile of one KaiwoJob or
-KaiwoService, driven by its :class:`~.kinds.WorkloadKind` table.
+KaiwoService, driven by its :class:`~kaiwo_ctrl.workloads.kinds.WorkloadKind` table.
 
 A reconcile reads only the caches, plans the workload once (parsed,
-validated, its GPU and storage plans derived: :class:`~.plan.WorkloadPlan`),
+validated, its GPU and storage plans derived: :class:`~kaiwo_ctrl.workloads.builders.plan.WorkloadPlan`),
 computes from that plan the desired children (each ``ChildSpec``'s builder)
-and the observed status (the pure :func:`~.status.observe`), and writes only what differs: the status
+and the observed status (the pure :func:`~kaiwo_ctrl.workloads.observe.status.observe`), and writes only what differs: the status
 (:mod:`.statuswrite`, the one writer) and, while the status is active (not
 finished, not in ERROR), the children (:mod:`.children`). Both are sent
 together. The watch event of our own status write is not reconciled again;
@@ -36,25 +36,25 @@ from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
+from ..base.childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
+from ..base.observed import ObservedChildren
+from ..base.world import World
+from ..builders.plan import WorkloadPlan
+from ..builders.validation import SpecError
+from ..kinds import WORKLOAD_KINDS, ChildSpec, WorkloadKind
+from ..observe.drift import immutable_drift, is_controlled_by
+from ..observe.status import download_succeeded, has_gpu_demand, observe, requeue_after, sweep_expired
 from .caches import IDX_JOB_UID, IDX_PENDING_GPU, IDX_RUN_ID, SharedCaches, terminated_early
 from .caches import status_of as _status_of
 from .children import ChildApplier, LocalQueueError
-from .childstatus import ACTIVE, PENDING, TERMINAL, TERMINATED, TERMINATING, UP
 from .desired import desired_pairs
-from .drift import immutable_drift, is_controlled_by
-from .kinds import WORKLOAD_KINDS, ChildSpec, WorkloadKind
-from .observed import ObservedChildren
-from .plan import WorkloadPlan
-from .status import download_succeeded, has_gpu_demand, observe, requeue_after, sweep_expired
 from .statuswrite import Gone, StatusWriter, failed_stage_status, refused_status
 from .sweep import Sweeper
 from .termination import Terminator
-from .validation import SpecError
-from .world import World
 
 __all__ = ["LocalQueueError", "WorkloadReconciler"]
 
-log = logging.getLogger("kaiwo_ctrl.workloads.reconciler")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.reconciler")
 
 Desired = list[tuple[ChildSpec, dict]] | SpecError | None
 

@@ -6,11 +6,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
-from .gpu import GpuPlan, gpu_resource_key
-from .kaiwoobject import KaiwoObject
-from .labels import (
+from ..base.gpu import GpuPlan, gpu_resource_key
+from ..base.kaiwoobject import KaiwoObject
+from ..base.labels import (
     ANNOTATION_PREFERRED_TOPOLOGY,
     ANNOTATION_REQUIRED_TOPOLOGY,
     DEFAULT_TOPOLOGY_LEVEL,
@@ -18,11 +19,9 @@ from .labels import (
     NODE_LABEL_GPU_MODEL,
     NOT_COPIED_ANNOTATIONS,
 )
-from .resources import apply_to_container, apply_to_init_container, container_requests_gpu, resource_template
+from ..base.resources import apply_to_container, apply_to_init_container, container_requests_gpu, resource_template
+from ..base.world import World
 from .storage import SECURITY_CONTEXT, StoragePlan
-from kaiwo_ctrl.aim.credentials import pull_secrets
-
-from .world import World
 
 DSHM_VOLUME = "dshm"
 DSHM_MOUNT = {"name": DSHM_VOLUME, "mountPath": "/dev/shm"}

@@ -9,7 +9,6 @@ from functools import cached_property
 from typing import Any
 
 from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoService
-
 from kaiwo_ctrl.runtime.objects.ownership import owner_reference
 
 from .labels import object_labels, system_labels

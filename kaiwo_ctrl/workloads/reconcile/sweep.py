@@ -18,7 +18,7 @@ from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
 from .caches import IDX_UP_PREEMPTABLE, SharedCaches
 
-log = logging.getLogger("kaiwo_ctrl.workloads.sweep")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.sweep")
 
 RUNNABLE = "workload-duration-sweep"
 

@@ -2,9 +2,9 @@
 which workload (predicates and map functions) and :func:`setup`.
 
 One generic :class:`~.reconciler.WorkloadReconciler` per kind in
-:data:`~.kinds.WORKLOAD_KINDS`, all reading the same
+:data:`~kaiwo_ctrl.workloads.kinds.WORKLOAD_KINDS`, all reading the same
 :class:`~.caches.SharedCaches`. Owned children are watched through their
-controller owner reference as their :class:`~.kinds.ChildSpec` says.
+controller owner reference as their :class:`~kaiwo_ctrl.workloads.kinds.ChildSpec` says.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.control.handler import Request
+from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
-from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.settings.environment import IMAGE_ENV
 
+from ..base.labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
+from ..kinds import GROUP, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
+from ..kinds.mapping import service_pod_owner
+from ..observe.undecodable import reporter as skipped_reporter
 from .caches import IDX_DURATION_RUNNING, IDX_ERROR, QueueConfigMissing, SharedCaches, trim_pod
-from .kinds import GROUP, OWNS, OWNS_ANY, WORKLOAD_KINDS, WorkloadKind
-from .kinds.mapping import service_pod_owner
-from .labels import LABEL_NAME, LABEL_TYPE, TYPE_SERVICE
 from .reconciler import LocalQueueError, WorkloadReconciler
-from .undecodable import reporter as skipped_reporter
 from .sweep import RUNNABLE as SWEEP_RUNNABLE
 from .sweep import Sweeper
 

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 
-from .childstatus import ERROR
-from .condtypes import SPEC_VALID
-from .kinds import OWN_RESOURCES
+from ..base.childstatus import ERROR
+from ..base.condtypes import SPEC_VALID
+from ..kinds import OWN_RESOURCES
 
 REASON = "InvalidSpec"
 

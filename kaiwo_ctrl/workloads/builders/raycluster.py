@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .gpu import GpuPlan
-from .kaiwoobject import KaiwoObject
-from .podtemplate import PodRole, check_pod_template, decorate_pod_template, default_pod_template, expect_objects, mapping_at
+from ..base.gpu import GpuPlan
+from ..base.kaiwoobject import KaiwoObject
+from ..base.world import World
+from .podtemplate import (
+    PodRole,
+    check_pod_template,
+    decorate_pod_template,
+    default_pod_template,
+    expect_objects,
+    mapping_at,
+)
 from .storage import StoragePlan
-from .world import World
 
 DEFAULT_WORKER_GROUP = "default-worker-group"
 

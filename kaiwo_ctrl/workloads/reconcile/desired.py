@@ -7,12 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .kaiwoobject import KaiwoObject
-from .kinds import MAIN_KINDS, WORKLOAD_KINDS, ChildSpec, WorkloadKind
-from .plan import WorkloadPlan
-from .podtemplate import EntrypointError
-from .validation import SpecError, spec_error_from_validation
-from .world import World
+from ..base.kaiwoobject import KaiwoObject
+from ..base.world import World
+from ..builders.plan import WorkloadPlan
+from ..builders.podtemplate import EntrypointError
+from ..builders.validation import SpecError, spec_error_from_validation
+from ..kinds import MAIN_KINDS, WORKLOAD_KINDS, ChildSpec, WorkloadKind
 
 __all__ = ["MAIN_KINDS", "desired_children", "desired_pairs", "downloads_configured", "load", "main_workload", "plan_of"]
 

@@ -4,7 +4,7 @@ shared read-your-writes expectations (so the watch event of our own write is
 not reconciled again), followed by the events the change calls for.
 
 Also the two statuses the reconciler writes itself rather than through
-:func:`~.status.observe`: a failed build/observe stage and a refused child.
+:func:`~kaiwo_ctrl.workloads.observe.status.observe`: a failed build/observe stage and a refused child.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from datetime import datetime
 from typing import Any
 
 from kaiwo_ctrl.runtime.api.client import ApiError
-from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
+from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 
+from ..base.childstatus import ERROR
+from ..kinds import OWN_RESOURCES, WorkloadKind
+from ..observe.status import SCHEDULABLE, SPEC_CHANGE_NOT_APPLIED, SPEC_VALID, status_events
 from .caches import SharedCaches
-from .childstatus import ERROR
-from .kinds import OWN_RESOURCES, WorkloadKind
-from .status import SCHEDULABLE, SPEC_CHANGE_NOT_APPLIED, SPEC_VALID, status_events
 
-log = logging.getLogger("kaiwo_ctrl.workloads.statuswrite")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.statuswrite")
 
 CHILD_REJECTED = "ChildRejected"
 

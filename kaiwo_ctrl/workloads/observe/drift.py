@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.objects.diff import differences
 from kaiwo_ctrl.runtime.objects.objpath import get_path
+from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
-from .kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
+from ..kinds import WORKLOAD_KINDS, ChildSpec, child_spec_for
 
 #: Paths (dotted, under the object) the API server or the owning controller will
 #: not change on an existing object, by kind (declared on each ``ChildSpec``).

@@ -27,19 +27,19 @@ from typing import Any
 
 from kaiwo_ctrl.kinds import LOCALQUEUES
 from kaiwo_ctrl.queues.localqueue import create_local_queue, resolve_local_queue
-from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
+from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
 from kaiwo_ctrl.runtime.objects.objpath import get_path, pop_path
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 
+from ..base.kaiwoobject import KaiwoObject
+from ..base.world import World
+from ..kinds import CHILD_RESOURCES, ChildSpec
+from ..observe.drift import growing, is_controlled_by
 from .caches import SharedCaches
-from .drift import growing, is_controlled_by
-from .kaiwoobject import KaiwoObject
-from .kinds import CHILD_RESOURCES, ChildSpec
-from .world import World
 
-log = logging.getLogger("kaiwo_ctrl.workloads.children")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.children")
 
 
 class LocalQueueError(RuntimeError):

@@ -7,18 +7,18 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.cache.store import OWNER_UID_INDEX
+from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 
+from ..base.observed import ObservedChildren
+from ..base.world import World
+from ..kinds import CHILD_RESOURCES, TERMINATION_KINDS, WorkloadKind
+from ..observe.drift import is_controlled_by
+from ..observe.status import observe
 from .caches import SharedCaches
-from .drift import is_controlled_by
-from .kinds import CHILD_RESOURCES, TERMINATION_KINDS, WorkloadKind
-from .observed import ObservedChildren
-from .status import observe
 from .statuswrite import StatusWriter
-from .world import World
 
-log = logging.getLogger("kaiwo_ctrl.workloads.termination")
+log = logging.getLogger("kaiwo_ctrl.workloads.reconcile.termination")
 
 
 class Terminator:

@@ -16,10 +16,10 @@ from kaiwo_ctrl.aim.credentials import download_env, env_names, fill_download_it
 from kaiwo_ctrl.download.config import DownloadConfig
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
-from .kaiwoobject import KaiwoObject
-from .labels import LABEL_TYPE, TYPE_DOWNLOADER
-from .naming import name_with_suffix, volume_name
-from .world import World
+from ..base.kaiwoobject import KaiwoObject
+from ..base.labels import LABEL_TYPE, TYPE_DOWNLOADER
+from ..base.naming import name_with_suffix, volume_name
+from ..base.world import World
 
 OBJECT_DOWNLOAD_KINDS = ("s3", "gcs", "azureBlob", "git")
 CONFIG_KEY = "config.yaml"

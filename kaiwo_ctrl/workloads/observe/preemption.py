@@ -13,11 +13,12 @@ from pydantic import ValidationError
 
 from kaiwo_ctrl.runtime.observe.conditions import find_condition, set_condition
 
-from .childstatus import COMPLETE, FAILED, NEW, PENDING, RUNNING, STARTING, TERMINATED, TERMINATING, UP
-from .condtypes import DOWNLOAD_JOB_SUCCEEDED, PREEMPTABLE, PRIORITY_CLASS_NOT_FOUND, WORKLOAD_TERMINATED_EARLY
-from .kaiwoobject import KaiwoObject
-from .timing import parse_duration, parse_time
-from .world import World
+from ..base.childstatus import COMPLETE, FAILED, NEW, PENDING, RUNNING, STARTING, TERMINATED, TERMINATING, UP
+from ..base.condtypes import DOWNLOAD_JOB_SUCCEEDED, PREEMPTABLE, PRIORITY_CLASS_NOT_FOUND, WORKLOAD_TERMINATED_EARLY
+from ..base.kaiwoobject import KaiwoObject
+from ..base.timing import parse_duration, parse_time
+from ..base.world import World
+
 
 def download_succeeded(status: Mapping | None) -> bool:
     """Whether the stored status says the download Job succeeded (the main object is only built after it)."""

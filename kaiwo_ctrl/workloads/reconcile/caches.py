@@ -17,7 +17,7 @@ same Pod informer by calling :func:`pod_informer`.
   candidates, pending GPU demand, preemptable, in ERROR) never parse every
   object.
 
-:class:`SharedCaches` also builds the :class:`~.world.World` (rebuilt only
+:class:`SharedCaches` also builds the :class:`~kaiwo_ctrl.workloads.base.world.World` (rebuilt only
 after a change) and reads children through the shared read-your-writes
 :class:`~kaiwo_ctrl.runtime.control.expectations.Expectations`.
 """
@@ -31,23 +31,22 @@ from kaiwo_ctrl.aim.effective import effective_by_namespace
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, CLUSTERQUEUES, KAIWOQUEUECONFIGS, WORKLOADPRIORITYCLASSES, WORKLOADS
 from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
-from kaiwo_ctrl.runtime.observe.conditions import find_condition
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.api.resources import PODS, PRIORITYCLASSES
 from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
+from kaiwo_ctrl.runtime.cache.store import index_by_label
+from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 from kaiwo_ctrl.runtime.objects.packed import Packer, packing
-from kaiwo_ctrl.runtime.api.resources import PODS, PRIORITYCLASSES
-from kaiwo_ctrl.runtime.cache.store import index_by_label
+from kaiwo_ctrl.runtime.observe.conditions import find_condition
 from kaiwo_ctrl.settings import ConfigMissing, environment, settings_for
 
-from .childstatus import ERROR, PENDING, UP
-from .kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
-from .labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
-from .status import PREEMPTABLE
-from .world import World
-
+from ..base.childstatus import ERROR, PENDING, UP
+from ..base.labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
+from ..base.world import World
+from ..kinds import CHILD_RESOURCES, GROUP, OWN_RESOURCES, WORKLOAD_KINDS, WorkloadKind, child_resources
+from ..observe.status import PREEMPTABLE
 
 IDX_DURATION_RUNNING = "kaiwo-duration-running"
 IDX_PENDING_GPU = "kaiwo-pending-gpu"

@@ -11,12 +11,12 @@ from pydantic import ValidationError
 from api.kaiwo.download import HuggingFaceDownloadItem, ObjectStorageDownloadSpec
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 
-from .gpu import KNOWN_VENDORS
-from .kaiwoobject import KaiwoObject
+from ..base.gpu import KNOWN_VENDORS
+from ..base.kaiwoobject import KaiwoObject
+from ..base.timing import parse_duration
+from ..base.world import World
 from .podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
 from .storage import OBJECT_DOWNLOAD_KINDS
-from .timing import parse_duration
-from .world import World
 
 #: Linux MAX_ARG_STRLEN (32 pages of 4 KiB): the longest single argv string,
 #: terminating NUL included. The entrypoint script is passed as one argument.

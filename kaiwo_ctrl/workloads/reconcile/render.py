@@ -9,10 +9,10 @@ from typing import Any
 
 from kaiwo_ctrl.queues.nodepools import desired_node_labels, discover, exclude_control_plane_setting
 
+from ..base.kaiwoobject import KINDS, RENDER_UID
+from ..base.world import World
+from ..builders.validation import SpecError
 from .desired import desired_children
-from .kaiwoobject import KINDS, RENDER_UID
-from .validation import SpecError
-from .world import World
 
 
 class RenderError(ValueError):

@@ -68,6 +68,22 @@ class Answer:
         return orjson.loads(self.body)
 
 
+async def read_capped(resp: http1.Response, max_bytes: int, what: str = "the answer") -> bytes:
+    """The rest of ``resp``'s body, at most ``max_bytes``: :class:`AnswerTooLarge`
+    as soon as its ``Content-Length`` or the bytes received say it is longer
+    (the caller's release of ``resp`` then closes the connection)."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise AnswerTooLarge(f"{what}: answer of {resp.content_length} bytes, over {max_bytes}")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp:
+        size += len(chunk)
+        if size > max_bytes:
+            raise AnswerTooLarge(f"{what}: answer over {max_bytes} bytes")
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def split_url(url: str) -> tuple[str, str, str]:
     """``(scheme, host:port, target)`` of an ``http``/``https`` URL; ValueError otherwise."""
     parts = urlsplit(url)
@@ -114,16 +130,8 @@ class Fetcher:
         raw += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
         async with asyncio.timeout(timeout):
             async with await self._pool(scheme).request(method, authority, target, raw, body) as resp:
-                if resp.content_length is not None and resp.content_length > max_bytes:
-                    raise AnswerTooLarge(f"{method} {url}: answer of {resp.content_length} bytes, over {max_bytes}")
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in resp:
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise AnswerTooLarge(f"{method} {url}: answer over {max_bytes} bytes")
-                    parts.append(chunk)
-        return Answer(resp.status, resp.headers, b"".join(parts))
+                data = await read_capped(resp, max_bytes, f"{method} {url}")
+        return Answer(resp.status, resp.headers, data)
 
     async def get(self, url: str, **kw: Any) -> Answer:
         return await self.request("GET", url, **kw)

@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> None:
     args.out.write_text("")
     plane = start_sim_plane(work / "plane", run_ms=30000)
     try:
-        with plane.http() as admin:
+        with httpx.Client(base_url=plane.url, verify=plane.admin_ssl_context(), timeout=30) as admin:
             scenario(args, plane, admin, work)
     finally:
         plane.stop()

@@ -366,7 +366,7 @@ def main() -> int:
             t = time.perf_counter()
             loop.run(setup())
             print(f"created {args.count} KaiwoJobs in {time.perf_counter() - t:.1f} s")
-            with plane.http() as h:
+            with httpx.Client(base_url=plane.url, verify=plane.admin_ssl_context(), timeout=30) as h:
                 op = Operator(kc, args.workers, Path(d) / "create.log")
                 wait(lambda: count_jobs(h) >= args.count, 1800, "all Jobs created", interval=1.0)
                 wait(op.idle, 600, "creating run idle", interval=0.5)

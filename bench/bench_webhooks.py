@@ -115,7 +115,7 @@ def main() -> int:
         plane = ControlPlane(Path(tmp) / "plane", locate_assets(build=True)).start(install_crds=True)
         op = None
         try:
-            with plane.http() as h:
+            with httpx.Client(base_url=plane.url, verify=plane.admin_ssl_context(), timeout=30) as h:
                 for ns in ("kaiwo-system", NS):
                     check(h.post("/api/v1/namespaces", json={"metadata": {"name": ns}}), 201)
                 port = free_port()

@@ -35,6 +35,7 @@ import yaml
 from e2e.simcluster import start_sim_plane
 from kaiwo_ctrl.local.controlplane import free_port
 from kaiwo_ctrl.local.pki import b64
+from support.admin import admin_http
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -109,7 +110,7 @@ def sim_plane(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def admin(sim_plane):
-    with sim_plane.http() as h:
+    with admin_http(sim_plane) as h:
         yield h
 
 

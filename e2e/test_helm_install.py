@@ -29,6 +29,7 @@ from e2e.conftest import (
 )
 from e2e.simcluster import start_sim_plane
 from kaiwo_ctrl.local.controlplane import free_port
+from support.admin import admin_http
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +66,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def admin(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         yield h
 
 

@@ -18,6 +18,7 @@ from support import wait_until
 from support.echoserver import serve_chat
 
 from e2e.conftest import ROOT
+from support.admin import admin_http
 
 pytestmark = pytest.mark.e2e
 
@@ -160,7 +161,7 @@ def test_with_kubeconfig_uses_that_cluster(tmp_path):
         assert out.returncode == 0, text[-6000:]
         assert "samples reconciled" in text and "starting a local control plane" not in text
         assert not (run_dir / "plane").exists()
-        with cluster.http() as h:
+        with admin_http(cluster) as h:
             assert h.get("/api/v1/nodes").json()["items"] == [], "simulated Nodes must never reach a real cluster"
             job = h.get("/apis/kaiwo.silogen.ai/v1alpha1/namespaces/kaiwo-samples/kaiwojobs/hello-job").json()
             assert job["status"]["status"], job

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kaiwo_ctrl.local.controlplane import ControlPlane, locate_assets
+from support.admin import admin_http
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +43,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def admin(control_plane: ControlPlane):
     """A synchronous admin HTTP client for arranging and asserting."""
-    with control_plane.http() as h:
+    with admin_http(control_plane) as h:
         yield h
 
 

@@ -8,7 +8,6 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
@@ -26,6 +25,10 @@ EXAMPLES = """examples:
   kaiwo logs my-job --tail 100 --pod my-job-x7k2p
   kaiwo logs service/my-llm --container vllm
 """
+#: How long the API server may take to start answering a log request (seconds).
+CONNECT_TIMEOUT = 30.0
+#: The longest log line held whole; a longer one is printed in pieces of this size.
+MAX_LINE = 1 << 20
 #: The annotation kwok puts on the Nodes it simulates.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
@@ -89,28 +92,35 @@ async def log_lines(client: Client, pod: dict[str, Any], container: str, follow:
     meta = pod["metadata"]
     params = {"container": container, "follow": "true" if follow else None, "tailLines": tail}
     path = PODS.path(meta["namespace"], meta["name"], "log")
-    url = client.transport.url(path, params)
-    # The client has no streaming GET for plain text; its transport's session and auth headers are reused here.
-    headers = await client.transport.headers(None)
-    headers["Accept"] = "*/*"
+    target = client.transport.target(path, params)
     try:
-        async with client.transport.session().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_connect=15)) as resp:
+        # "*/*": the kubelet answers plain text; no inactivity limit, as a followed log may stay quiet for hours
+        async with client.transport.stream(target, CONNECT_TIMEOUT, long_lived=True, accept="*/*") as resp:
             if resp.status >= 400:
-                raw = await resp.read()
+                raw = (await resp.read())[:MAX_LINE]
                 try:
                     body = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     body = {"message": raw[:500].decode(errors="replace")}
                 raise ApiError(resp.status, body, "GET", path)
-            buf = b""
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    yield line.decode(errors="replace")
-            if buf:
-                yield buf.decode(errors="replace")
-    except (aiohttp.ClientError, OSError) as e:
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in resp:
+                *lines, rest = chunk.split(b"\n")
+                if lines:
+                    lines[0] = b"".join([*parts, lines[0]])
+                    parts, size = [], 0
+                    for line in lines:
+                        yield line.decode(errors="replace")
+                if rest:
+                    parts.append(rest)
+                    size += len(rest)
+                    if size > MAX_LINE:  # a line without end: shown in pieces, never held whole
+                        yield b"".join(parts).decode(errors="replace")
+                        parts, size = [], 0
+            if parts:
+                yield b"".join(parts).decode(errors="replace")
+    except (TimeoutError, OSError) as e:
         raise ApiError.transport_failure(e, "GET", path) from None
 
 

@@ -1,8 +1,8 @@
 """exec and port-forward through the API server over WebSockets.
 
-The WebSockets are opened on the client's stream session (aiohttp, the one
-``kaiwo logs`` and watches use: same TLS context and credentials); the
-framing is :mod:`.channels`. The I/O ends are parameters (async iterators of
+The WebSockets are opened on an aiohttp session with the client's TLS
+context and credentials (:func:`ws_session`); the framing is
+:mod:`.channels`. The I/O ends are parameters (async iterators of
 stdin chunks and terminal sizes, an output callback), so the terminal
 (:mod:`.terminal`), the TUI and the tests drive the same code.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -19,6 +20,7 @@ from urllib.parse import urlencode
 import aiohttp
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
+from kaiwo_ctrl.runtime.api.transport import Transport
 from kaiwo_ctrl.runtime.api.resources import PODS
 
 from . import channels as ch
@@ -32,6 +34,25 @@ MAX_MESSAGE = 4 * 2**20
 CONNECT_TIMEOUT = 30.0
 #: A port-forward's local read size.
 CHUNK = 64 * 1024
+
+
+_SESSIONS: weakref.WeakKeyDictionary[Transport, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
+
+
+def ws_session(client: Client) -> aiohttp.ClientSession:
+    """The aiohttp session for ``client``'s WebSockets, closed with the client.
+
+    The one aiohttp client session in kaiwo_ctrl, and the one exception to its
+    single HTTP client (the runtime's HTTP/1.1 pool, kaiwo_ctrl.runtime.net):
+    that client does not speak WebSocket, which exec and port-forward need.
+    It lives in the CLI's process only, never in the operator's
+    (test/unit/test_one_http_client.py holds both)."""
+    t = client.transport
+    s = _SESSIONS.get(t)
+    if s is None or s.closed:
+        s = _SESSIONS[t] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client.config.ssl_context()))
+        t.on_close(s.close)
+    return s
 
 
 async def check_access(client: Client, namespace: str, subresource: str) -> None:
@@ -66,7 +87,7 @@ async def connect(client: Client, path: str, query: list[tuple[str, str]], proto
     headers["Accept"] = "*/*"
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
-            ws = await client.transport.session().ws_connect(url, protocols=(protocol,), headers=headers,
+            ws = await ws_session(client).ws_connect(url, protocols=(protocol,), headers=headers,
                                                              max_msg_size=MAX_MESSAGE)
     except aiohttp.WSServerHandshakeError as e:
         if e.status in (401, 403):

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.api.resources import SERVICES
+from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, AnswerTooLarge, Fetcher
 
 from .errors import FAILED, USAGE, CliError
 from .kube import explain
@@ -64,22 +65,16 @@ async def scrape(client: Client, url: str) -> str:
         if status >= 400:
             raise explain(ApiError(status, {"message": raw[:300].decode(errors="replace")}, "GET", proxied), client)
         return raw[:MAX_METRICS_BYTES].decode(errors="replace")
-    import httpx
-
     try:
-        async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT) as http:
-            async with http.stream("GET", url) as r:
-                body = b""
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_METRICS_BYTES:
-                        raise CliError(f"the GPU metrics endpoint {url} answered more than "
-                                       f"{MAX_METRICS_BYTES >> 20} MiB", FAILED)
-    except httpx.HTTPError as e:
+        async with Fetcher() as http:
+            r = await http.get(url, timeout=SCRAPE_TIMEOUT, max_bytes=MAX_METRICS_BYTES)
+    except AnswerTooLarge:
+        raise CliError(f"the GPU metrics endpoint {url} answered more than {MAX_METRICS_BYTES >> 20} MiB", FAILED) from None
+    except FETCH_ERRORS as e:
         raise CliError(f"cannot read GPU metrics from {url}: {e!r}", FAILED) from None
-    if r.status_code != 200:
-        raise CliError(f"the GPU metrics endpoint {url} answered {r.status_code}", FAILED)
-    return body.decode(errors="replace")
+    if r.status != 200:
+        raise CliError(f"the GPU metrics endpoint {url} answered {r.status}", FAILED)
+    return r.text()
 
 
 async def show(render: Callable[[], Awaitable[tuple[str, Any]]], *, output: str | None, watch: bool,

@@ -24,14 +24,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import yaml
+
+from kaiwo_ctrl.runtime.net.fetch import BlockingFetcher, fetch_blocking
 
 from . import kwokstreams
 from .components import Simulation, component_args
@@ -39,6 +41,8 @@ from .pki import client_ca, write_kubeconfig, write_pki
 from .process import STOP_TIMEOUT, ControlPlaneError, Process, free_port, pid_alive, terminate, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Largest answer the set-up client reads (CRDs with long schemas are a few MiB at most).
+ADMIN_MAX_BYTES = 64 << 20
 START_TIMEOUT = float(os.environ.get("KAIWO_CTRL_START_TIMEOUT", "90"))
 #: What ``local up --simulate`` runs besides etcd and kube-apiserver, in start order.
 SIMULATE_COMPONENTS = ("controller-manager", "scheduler", "kwok", "kueue")
@@ -169,7 +173,7 @@ class ControlPlane:
         )
         p.start()
         self.processes["etcd"] = p
-        wait_until(lambda: httpx.get(f"{client}/health", timeout=2).status_code == 200, START_TIMEOUT, "etcd /health", p)
+        wait_until(lambda: fetch_blocking("GET", f"{client}/health", timeout=2).status == 200, START_TIMEOUT, "etcd /health", p)
 
     def apiserver_args(self) -> list[str]:
         c = self.certs
@@ -204,11 +208,9 @@ class ControlPlane:
         p = Process("kube-apiserver", self.apiserver_args(), self.directory / "logs" / "kube-apiserver.log")
         p.start()
         self.processes["kube-apiserver"] = p
-        import ssl
-
         verify = ssl.create_default_context(cafile=str(self.certs / "serving-ca.crt"))
         wait_until(
-            lambda: httpx.get(f"{self.url}/readyz", verify=verify, timeout=2).status_code == 200,
+            lambda: fetch_blocking("GET", f"{self.url}/readyz", ssl=verify, timeout=2).status == 200,
             START_TIMEOUT,
             "kube-apiserver /readyz",
             p,
@@ -224,13 +226,15 @@ class ControlPlane:
         """Mint a client certificate for ``name`` and write a kubeconfig for it."""
         return write_kubeconfig(self.directory / f"kubeconfig-{name}", self.certs, self.url, name, tuple(groups))
 
-    def http(self) -> httpx.Client:
-        """A synchronous admin client (set-up and test assertions)."""
-        import ssl
-
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        """TLS as the plane's admin (system:masters): its serving CA and the admin's client certificate."""
         ctx = ssl.create_default_context(cafile=str(self.certs / "serving-ca.crt"))
         ctx.load_cert_chain(*self._admin_pair())
-        return httpx.Client(base_url=self.url, verify=ctx, timeout=30)
+        return ctx
+
+    def admin(self) -> BlockingFetcher:
+        """A synchronous admin client for the set-up (paths relative to the API server; close it)."""
+        return BlockingFetcher(self.url, ssl=self.admin_ssl_context(), timeout=30, max_bytes=ADMIN_MAX_BYTES)
 
     def _admin_pair(self) -> tuple[str, str]:
         crt, key = self.certs / "admin.crt", self.certs / "admin.key"
@@ -239,8 +243,8 @@ class ControlPlane:
         return str(crt), str(key)
 
     def _wait_default_namespace(self) -> None:
-        with self.http() as h:
-            wait_until(lambda: h.get("/api/v1/namespaces/default").status_code == 200, 30, "default namespace")
+        with self.admin() as h:
+            wait_until(lambda: h.get("/api/v1/namespaces/default").status == 200, 30, "default namespace")
 
     # ------------------------------------------------------------------ CRDs
     def crd_files(self) -> list[Path]:
@@ -259,25 +263,24 @@ class ControlPlane:
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     crds.append(doc)
         base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        with self.http() as h:
+        with self.admin() as h:
             for crd in crds:
                 name = crd["metadata"]["name"]
-                body = json.dumps(crd)
-                r = h.post(base, content=body, headers={"Content-Type": "application/json"})
-                if r.status_code == 409:
+                r = h.post(base, json=crd)
+                if r.status == 409:
                     for _ in range(5):
                         cur = h.get(f"{base}/{name}").json()
                         crd["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
-                        r = h.put(f"{base}/{name}", content=json.dumps(crd), headers={"Content-Type": "application/json"})
-                        if r.status_code != 409:
+                        r = h.put(f"{base}/{name}", json=crd)
+                        if r.status != 409:
                             break
-                if r.status_code >= 300:
-                    raise ControlPlaneError(f"installing CRD {name}: {r.status_code} {r.text[:500]}")
+                if r.status >= 300:
+                    raise ControlPlaneError(f"installing CRD {name}: {r.status} {r.text()[:500]}")
             for crd in crds:
                 self._wait_crd(h, crd, timeout)
         return [c["metadata"]["name"] for c in crds]
 
-    def _wait_crd(self, h: httpx.Client, crd: dict, timeout: float) -> None:
+    def _wait_crd(self, h: BlockingFetcher, crd: dict, timeout: float) -> None:
         name = crd["metadata"]["name"]
         group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
 
@@ -293,7 +296,7 @@ class ControlPlane:
 
             def discoverable(version: str = v["name"]) -> bool:
                 r = h.get(f"/apis/{group}/{version}")
-                return r.status_code == 200 and any(res["name"] == plural for res in r.json().get("resources", []))
+                return r.status == 200 and any(res["name"] == plural for res in r.json().get("resources", []))
 
             wait_until(discoverable, timeout, f"discovery of {plural}.{group}/{v['name']}")
 
@@ -325,15 +328,15 @@ class ControlPlane:
         pki.write_cert_dir(work / "certs")
         cfg = work / "config.yaml"
         cfg.write_text(yaml.safe_dump(kueue.configuration(ports, work / "certs")))
-        with self.http() as h:
+        with self.admin() as h:
             self.install_crds(kueue.missing_crds(h, self.assets.kueue_manifests))
             kueue.install(h, self.assets.kueue_manifests, pki, ports.webhook)
         p = Process("kueue", [str(binary), f"--config={cfg}", f"--kubeconfig={kubeconfig}"], self.directory / "logs" / "kueue.log")
         p.start()
         self.processes["kueue"] = p
         health = f"http://127.0.0.1:{ports.health}/readyz"
-        wait_until(lambda: httpx.get(health, timeout=2).status_code == 200, START_TIMEOUT, "kueue /readyz", p)
-        with self.http() as h:
+        wait_until(lambda: fetch_blocking("GET", health, timeout=2).status == 200, START_TIMEOUT, "kueue /readyz", p)
+        with self.admin() as h:
             wait_until(lambda: kueue.webhooks_answer(h), START_TIMEOUT, "Kueue's webhooks to answer the apiserver", p)
 
     # ------------------------------------------------------------ stop/state

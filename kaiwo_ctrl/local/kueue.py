@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import yaml
 
 from kaiwo_ctrl.runtime.net.certs import TinyCA
+from kaiwo_ctrl.runtime.net.fetch import BlockingFetcher
 
 NAMESPACE = "kueue-system"
 SERVICE = "kueue-webhook-service"
@@ -186,30 +185,30 @@ class KueuePKI:
 # ------------------------------------------------------------------------ set-up
 
 
-def _apply(h: httpx.Client, collection: str, body: dict) -> None:
+def _apply(h: BlockingFetcher, collection: str, body: dict) -> None:
     """Create, or replace what is there (a restarted plane keeps its objects)."""
     name = body["metadata"]["name"]
     r = h.post(collection, json=body)
-    if r.status_code == 409:
+    if r.status == 409:
         cur = h.get(f"{collection}/{name}").json()
         body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
         r = h.put(f"{collection}/{name}", json=body)
-    if r.status_code >= 300:
-        raise RuntimeError(f"{collection}/{name}: {r.status_code} {r.text[:500]}")
+    if r.status >= 300:
+        raise RuntimeError(f"{collection}/{name}: {r.status} {r.text()[:500]}")
 
 
-def missing_crds(h: httpx.Client, manifests: Path) -> list[Path]:
+def missing_crds(h: BlockingFetcher, manifests: Path) -> list[Path]:
     """Kueue's published CRDs that the plane does not have yet (it installs only
     those the operator uses; Kueue watches MultiKueue's and others too)."""
     out = []
     for f in sorted((manifests / "crds").glob("*.yaml")):
         name = next(d["metadata"]["name"] for d in _docs(f) if d.get("kind") == "CustomResourceDefinition")
-        if h.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").status_code == 404:
+        if h.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}").status == 404:
             out.append(f)
     return out
 
 
-def install(h: httpx.Client, manifests: Path, pki: KueuePKI, webhook_port: int) -> list[str]:
+def install(h: BlockingFetcher, manifests: Path, pki: KueuePKI, webhook_port: int) -> list[str]:
     """Namespace, Secret, webhook configurations and CRD conversion, before Kueue starts.
 
     Returns the names of the CRDs that now convert through Kueue.
@@ -221,13 +220,13 @@ def install(h: httpx.Client, manifests: Path, pki: KueuePKI, webhook_port: int) 
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     for name, conversion in conversion_patches(manifests, base_url, pki.ca_bundle).items():
         r = h.get(f"{crds}/{name}")
-        if r.status_code == 404:
+        if r.status == 404:
             continue  # not installed here (e.g. MultiKueueCluster)
         crd = r.json()
         crd["spec"]["conversion"] = conversion
-        r = h.put(f"{crds}/{name}", content=json.dumps(crd), headers={"Content-Type": "application/json"})
-        if r.status_code >= 300:
-            raise RuntimeError(f"conversion webhook on CRD {name}: {r.status_code} {r.text[:500]}")
+        r = h.put(f"{crds}/{name}", json=crd)
+        if r.status >= 300:
+            raise RuntimeError(f"conversion webhook on CRD {name}: {r.status} {r.text()[:500]}")
         converted.append(name)
     for cfg in webhook_configurations(manifests, base_url, pki.ca_bundle):
         plural = cfg["kind"].lower() + "s"
@@ -235,12 +234,12 @@ def install(h: httpx.Client, manifests: Path, pki: KueuePKI, webhook_port: int) 
     return converted
 
 
-def webhooks_answer(h: httpx.Client) -> bool:
+def webhooks_answer(h: BlockingFetcher) -> bool:
     """A server-side dry run through Kueue's mutating and validating webhooks."""
     body = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
         "metadata": {"name": "kueue-readiness-probe"},
     }
-    r = h.post("/apis/kueue.x-k8s.io/v1beta2/resourceflavors", params={"dryRun": "All"}, json=body)
-    return r.status_code in (200, 201)
+    r = h.post("/apis/kueue.x-k8s.io/v1beta2/resourceflavors?dryRun=All", json=body)
+    return r.status in (200, 201)

@@ -2,7 +2,8 @@
 its start-up configuration (the RESOURCE_MONITORING_* environment).
 
 A leader-only background task. Every polling interval it scrapes the GPU
-metrics exporter (Prometheus text format, 5 s timeout), reads Pods,
+metrics exporter (Prometheus text format, 5 s timeout, answers up to 32 MiB,
+through the runtime's HTTP client), reads Pods,
 KaiwoJobs, KaiwoServices and the KaiwoConfig from the manager's shared
 informer caches, and lets :func:`kaiwo_ctrl.monitoring.gpu.decide` say what to
 do. Status writes go through the one status write every writer uses
@@ -20,7 +21,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 from prometheus_client import Gauge
 from pydantic import ValidationError
@@ -31,11 +31,9 @@ from kaiwo_ctrl.runtime.api.client import ApiError, Resource
 from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher, split_url
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.reconcile.caches import pod_informer
-
-if TYPE_CHECKING:  # imported where used: httpx (and what it pulls in) costs ~50 ms at every start
-    import httpx
 
 from .gpu import METRIC, MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
@@ -47,6 +45,8 @@ ENV_INTERVAL = "RESOURCE_MONITORING_POLLING_INTERVAL"
 COMPONENT = "KaiwoResourceMonitor"
 RUNNABLE = "resource-monitor"
 SCRAPE_TIMEOUT = 5.0
+#: Largest exposition read from the exporter (a cluster's worth of GPUs is far smaller).
+MAX_SCRAPE_BYTES = 32 << 20
 
 RESOURCES: dict[str, Resource] = {"KaiwoJob": KAIWOJOBS, "KaiwoService": KAIWOSERVICES}
 
@@ -74,14 +74,10 @@ def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
     endpoint = (env.get(ENV_ENDPOINT) or "").strip()
     if not endpoint:
         raise MonitoringConfigError(f"{ENV_ENDPOINT} must be set when {ENV_ENABLED}=true")
-    import httpx
-
     try:
-        url = httpx.URL(endpoint)
-    except (httpx.InvalidURL, TypeError, ValueError) as e:
-        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} is not a valid URL: {e}") from e
-    if url.scheme not in ("http", "https") or not url.host:
-        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} must be an http:// or https:// URL with a host")
+        split_url(endpoint)
+    except ValueError as e:
+        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} must be an http:// or https:// URL with a host: {e}") from e
     raw = (env.get(ENV_INTERVAL) or "").strip()
     if not raw:
         raise MonitoringConfigError(f"{ENV_INTERVAL} must be set when {ENV_ENABLED}=true (a duration such as 10s, 1m, 1h30m)")
@@ -130,9 +126,7 @@ class ResourceMonitor:
 
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
-        import httpx
-
-        async with httpx.AsyncClient(timeout=self.scrape_timeout) as http:
+        async with Fetcher() as http:
             while True:
                 try:
                     await self.tick(http)
@@ -144,22 +138,20 @@ class ResourceMonitor:
                 self.ticks += 1
                 await asyncio.sleep(self.interval)
 
-    async def scrape(self, http: httpx.AsyncClient) -> str | None:
-        import httpx
-
+    async def scrape(self, http: Fetcher) -> str | None:
         try:
-            r = await http.get(self.endpoint)
-        except httpx.HTTPError as e:
+            r = await http.get(self.endpoint, timeout=self.scrape_timeout, max_bytes=MAX_SCRAPE_BYTES)
+        except FETCH_ERRORS as e:
             self.last_error = f"scrape failed: {e!r}"[:500]
             log.warning("metrics scrape failed", extra={"endpoint": self.endpoint, "error": repr(e)[:300]})
             return None
-        if r.status_code != 200:
-            self.last_error = f"scrape answered {r.status_code}"
-            log.warning("metrics scrape answered an error", extra={"endpoint": self.endpoint, "code": r.status_code})
+        if r.status != 200:
+            self.last_error = f"scrape answered {r.status}"
+            log.warning("metrics scrape answered an error", extra={"endpoint": self.endpoint, "code": r.status})
             return None
-        return r.text
+        return r.text()
 
-    async def tick(self, http: httpx.AsyncClient) -> None:
+    async def tick(self, http: Fetcher) -> None:
         """One pass: read the config, scrape, group samples by workload and
         decide each (``last_error`` says why a tick was skipped)."""
         self.last_error = None

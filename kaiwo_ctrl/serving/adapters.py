@@ -26,9 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import aiohttp
-
 from kaiwo_ctrl.runtime.control.expectations import Expectations
+from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
 from kaiwo_ctrl.runtime.objects.objpath import key, rv
 from kaiwo_ctrl.runtime.api.resources import PODS
 
@@ -37,8 +36,10 @@ from .pods import ADAPTER_DIR, ADAPTER_LABEL_PREFIX, ADAPTER_LOADER_PORT, ANNOTA
 log = logging.getLogger("kaiwo_ctrl.serving.adapters")
 
 ANNOTATION_LOADER_PORT = "adapter-loader-port"
-TIMEOUT = aiohttp.ClientTimeout(total=10)
-LOAD_TIMEOUT = aiohttp.ClientTimeout(total=3600)  # the sidecar downloads the adapter
+TIMEOUT = 10.0  # seconds
+LOAD_TIMEOUT = 3600.0  # the sidecar downloads the adapter
+#: Largest answer read from a loader or a vLLM server (only its first 300 characters are ever used).
+MAX_ANSWER = 64 << 10
 
 
 class AdapterError(RuntimeError):
@@ -46,7 +47,7 @@ class AdapterError(RuntimeError):
 
 
 #: What a failed sync may raise: the answer of a server, or the connection.
-SYNC_ERRORS = (AdapterError, aiohttp.ClientError, TimeoutError, OSError)
+SYNC_ERRORS = (AdapterError, *FETCH_ERRORS)
 
 
 def url_hash(url: str) -> str:
@@ -78,12 +79,12 @@ def loader_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict, ok_400: str, timeout: aiohttp.ClientTimeout) -> None:
-    async with session.post(url, json=body, timeout=timeout) as resp:
-        text = (await resp.text())[:300]
-        if resp.status < 300 or (resp.status == 400 and ok_400 and ok_400 in text.lower()):
-            return
-        raise AdapterError(f"POST {url}: {resp.status} {text}")
+async def _post(http: Fetcher, url: str, body: dict, ok_400: str, timeout: float) -> None:
+    answer = await http.post(url, json=body, timeout=timeout, max_bytes=MAX_ANSWER)
+    text = answer.text()[:300]
+    if answer.status < 300 or (answer.status == 400 and ok_400 and ok_400 in text.lower()):
+        return
+    raise AdapterError(f"POST {url}: {answer.status} {text}")
 
 
 class AdapterSync:
@@ -95,12 +96,8 @@ class AdapterSync:
     def __init__(self, client: Any, expectations: Expectations | None = None) -> None:
         self.client = client
         self.expectations = expectations if expectations is not None else Expectations()
-        self._session: aiohttp.ClientSession | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
+        #: the Pods' vLLM servers and loader sidecars (tenants' Pods: every call is bounded)
+        self.http = Fetcher()
 
     async def sync(self, model: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
         """Bring every vLLM Pod's adapters in line; False if a loader was not Ready yet."""
@@ -123,7 +120,7 @@ class AdapterSync:
         ann = pod["metadata"].get("annotations") or {}
         server = f"http://{ip}:{ann.get(ANNOTATION_PORT, '8000')}"
         loader = f"http://{ip}:{ann.get(ANNOTATION_LOADER_PORT, str(ADAPTER_LOADER_PORT))}"
-        s = self.session()
+        s = self.http
         patch: dict[str, str | None] = {}
         for a in ensure:
             name, path = a["name"], f"{ADAPTER_DIR}/{a['name']}"
@@ -141,5 +138,4 @@ class AdapterSync:
         log.info("adapters synced", extra={"pod": meta["name"], "loaded": [a["name"] for a in ensure], "unloaded": remove})
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.http.close()

@@ -37,6 +37,7 @@ from kaiwo_ctrl.runtime.api.deepjson import undecodable
 from kaiwo_ctrl.runtime.objects.names import is_dns1123_label
 from support import eventually
 from support.planes import own_plane
+from support.admin import admin_http
 
 SEED = int(os.environ.get("KAIWO_HOSTILE_SEED", "9"))
 KAIWO = "/apis/kaiwo.silogen.ai/v1alpha1"
@@ -173,7 +174,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kube(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         yield h
 
 

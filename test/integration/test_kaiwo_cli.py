@@ -37,6 +37,7 @@ from test_workloads_support import (  # noqa: F401 - fixtures
     wait_object,
     wait_status,
 )
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -307,7 +308,7 @@ async def test_missing_crds_then_logs_on_kwok_pods(sim_plane, tmp_path):
     r = await kaiwo(kc, "logs", "sim", home=home)
     assert r.rc == 7 and "kaiwojob/sim has no pods yet (status NEW)" in r.err
 
-    with sim_plane.http() as h:
+    with admin_http(sim_plane) as h:
         uid = h.get("/apis/kaiwo.silogen.ai/v1alpha1/namespaces/default/kaiwojobs/sim").json()["metadata"]["uid"]
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": "sim-node", "annotations": {"kwok.x-k8s.io/node": "fake"}},

@@ -27,6 +27,7 @@ from support import eventually
 from support.planes import own_plane
 from test_kaiwo_cli import ALICE, KAIWO_BIN, Run, kaiwo
 from test_monitoring import Exporter
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def _pod(h, name: str, uid: str, node: str | None, gpus: int = 0) -> None:
 @pytest.fixture(scope="module")
 async def sim(plane, tmp_path_factory):
     """KaiwoJob `sim` with a Running pod on a kwok Node (8 AMD GPUs, 2 used), `waiting` with a Pending one."""
-    with plane.http() as h:
+    with admin_http(plane) as h:
         for node in (_node("gpu-0", {"beta.amd.com/gpu.family.AI": "8", "amd.com/gpu.product-name": "MI300X"}, 8),
                      _node("cpu-0")):
             assert h.post("/api/v1/nodes", json=node).status_code == 201
@@ -233,7 +234,7 @@ def _reader(plane) -> Path:
     rules = [{"apiGroups": ["kaiwo.silogen.ai"], "resources": ["kaiwojobs", "kaiwoservices"], "verbs": ["get", "list"]},
              {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
              {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]}]
-    with plane.http() as h:
+    with admin_http(plane) as h:
         for kind, body in (("clusterroles", {"metadata": {"name": "cli-reader"}, "rules": rules}),
                            ("clusterrolebindings", {"metadata": {"name": "cli-reader"}, "roleRef": {
                                "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cli-reader"},
@@ -340,7 +341,7 @@ async def test_status_gpus_and_queues(plane, sim):
     cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team-a"},
           "spec": {"resourceGroups": [{"coveredResources": ["amd.com/gpu"], "flavors": [
               {"name": "mi300", "resources": [{"name": "amd.com/gpu", "nominalQuota": 8}]}]}]}}
-    with plane.http() as h:
+    with admin_http(plane) as h:
         base = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
         assert h.post(base, json=cq).status_code == 201
         st = {"status": {"pendingWorkloads": 3, "admittedWorkloads": 1, "reservingWorkloads": 1,
@@ -369,7 +370,7 @@ async def test_submit_reads_the_manifest_from_stdin(plane, sim):
     for flag, name in (("-", "piped"), ("--", "piped-2")):
         r = await run("submit", "-f", flag, "--name", name, input=manifest)
         assert r.rc == 0 and r.out.strip() == f"kaiwojob/{name} created in namespace default", r.err
-        with plane.http() as h:
+        with admin_http(plane) as h:
             spec = h.get(f"{KAIWO_API}/{name}").json()["spec"]
         assert (spec["image"], spec["user"]) == ("img:piped", ALICE)
     r = await run("submit", "-f", "-", input="kind: Pod\n")
@@ -410,7 +411,7 @@ async def test_submit_asks_for_user_and_queue_once_on_a_terminal(plane, tmp_path
     assert await asyncio.wait_for(proc.wait(), 60) == 0
     os.close(master)
     assert yaml.safe_load(cfg.read_text()) == {"user": "bob@example.com", "clusterQueue": "team-a"}
-    with plane.http() as h:
+    with admin_http(plane) as h:
         spec = h.get(f"{KAIWO_API}/asked").json()["spec"]
     assert (spec["user"], spec["clusterQueue"]) == ("bob@example.com", "team-a")
     # the second time nothing is asked (stdin is not even a terminal)
@@ -431,7 +432,7 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
     from kaiwo_ctrl.kaiwo_cli.tui import Ask, Confirm, ManageApp, Options
     from kaiwo_ctrl.runtime.api.client import Client
 
-    with plane.http() as h:
+    with admin_http(plane) as h:
         _job(h, "doomed")
     client = await Client.from_kubeconfig(str(plane.kubeconfig))
     for var in ("KAIWO_METRICS_ENDPOINT", "RESOURCE_MONITORING_METRICS_ENDPOINT"):
@@ -471,13 +472,13 @@ async def test_manage_filters_and_runs_logs_exec_and_delete_by_keyboard(plane, s
             await eventually(lambda: isinstance(app.screen, Confirm), what="the question")
             await pilot.press("n")
             await eventually(lambda: "job/doomed: not deleted" in output(), what="delete declined")
-            with plane.http() as h:
+            with admin_http(plane) as h:
                 assert h.get(f"{KAIWO_API}/doomed").status_code == 200
             await pilot.press("d")
             await eventually(lambda: isinstance(app.screen, Confirm), what="the question")
             await pilot.press("y")
             await eventually(lambda: "job/doomed deleted" in output(), what="delete confirmed")
-            with plane.http() as h:
+            with admin_http(plane) as h:
                 await eventually(lambda: h.get(f"{KAIWO_API}/doomed").status_code == 404, what="doomed gone")
             await eventually(lambda: shown() == [], what="the list follows")
             await pilot.press("q")

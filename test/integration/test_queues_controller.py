@@ -21,6 +21,7 @@ from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.local.controlplane import ControlPlane
 from support import eventually, wait_until
 from support.planes import own_plane
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -240,7 +241,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kube(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         # freshly installed CRDs answer 429 "storage is (re)initializing" for a moment
         paths = [f"{KUEUE}/{p}" for p in CLUSTER_KINDS] + [f"{KUEUE}/localqueues", QC_URL, CONFIG_URL]
         wait_until(lambda: all(h.get(p).status_code == 200 for p in paths), timeout=120, interval=0.2,

@@ -17,6 +17,7 @@ import pytest
 from support import eventually
 from support.planes import own_plane
 from test_queues_controller import CONFIG_URL, QC_URL, RunningOperator, node_body
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ def stored_defaults_applied(h) -> bool:
 
 
 async def test_restart_with_go_style_crd_makes_no_write(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         deadline = time.monotonic() + 120
         while any(h.get(p).status_code != 200 for p in (QC_URL, CONFIG_URL)):
             assert time.monotonic() < deadline, "CRD storage not ready"

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from support import eventually
+from support.admin import admin_http
 
 ROOT = Path(__file__).resolve().parents[2]
 SA_USER = "system:serviceaccount:kaiwo-system:kaiwo-controller-manager"
@@ -50,7 +51,7 @@ def policies(control_plane):
     docs = [d for d in _built() if d["kind"] in PATHS and (
         d["kind"].startswith("ValidatingAdmissionPolicy") or d["metadata"]["name"].startswith("kaiwo-manager-role"))]
     assert {d["kind"] for d in docs} == set(PATHS)
-    with control_plane.http() as h:
+    with admin_http(control_plane) as h:
         for doc in docs:
             doc["metadata"].pop("namespace", None)
             r = h.patch(f"{PATHS[doc['kind']]}/{doc['metadata']['name']}", params={"fieldManager": "test", "force": "true"},

@@ -31,6 +31,7 @@ from support import eventually
 from support.planes import own_plane
 from support.operator import OperatorProcess
 from test_workloads_support import admit, complete_job, ensure_queue_config, patch_status, wait_status
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def admin(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         r = h.post("/api/v1/namespaces", json={"metadata": {"name": OP_NS}})
         assert r.status_code == 201, r.text
         ensure_queue_config(h)

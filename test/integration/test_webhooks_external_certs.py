@@ -19,6 +19,7 @@ from support import eventually
 from support.operator import OperatorProcess
 from support.planes import own_plane
 from test_workloads_support import ensure_queue_config
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ def plane(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def admin(plane):
-    with plane.http() as h:
+    with admin_http(plane) as h:
         assert h.post("/api/v1/namespaces", json={"metadata": {"name": OP_NS}}).status_code == 201
         ensure_queue_config(h)
         yield h

@@ -7,11 +7,11 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from kaiwo_ctrl.runtime.net.certs import TinyCA
+from kaiwo_ctrl.runtime.net.fetch import Fetcher
 from kaiwo_ctrl.serving.autoscale.peers import scrape_active
 
 BODY = 'kaiwo_proxy_active_requests{model_namespace="a",model_name="m"} 3\n'
@@ -52,7 +52,7 @@ async def test_token_goes_only_to_verified_peers(tmp_path, token):
     good, good_addr = await _peer(tmp_path, ours, "metrics.kaiwo-system.svc", seen)
     rogue, rogue_addr = await _peer(tmp_path, theirs, "metrics.kaiwo-system.svc", seen)
     try:
-        async with aiohttp.ClientSession() as s:
+        async with Fetcher() as s:
             got = await scrape_active(s, [good_addr], secure=True, token_file=token, ca_file=str(ca_file),
                                       server_name="metrics.kaiwo-system.svc")
             assert got == {"a/m": 3.0} and seen == ["Bearer sa-token"]

@@ -17,6 +17,7 @@ from api import crdgen
 from api.examples import EXAMPLES, INVALID_EXAMPLES, all_examples, load
 from api.registry import KINDS, by_kind
 from support import wait_until
+from support.admin import admin_http
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def api(tmp_path_factory):
         files = sorted((ROOT / crdgen.BASES_DIR).glob("*.yaml"))
         installed = plane.install_crds(files)
         assert sorted(installed) == sorted(k.crd_name for k in KINDS)
-        with plane.http() as client:
+        with admin_http(plane) as client:
             # A fresh CRD answers 429 until its storage is initialised; wait for every collection.
             for info in KINDS:
                 wait_until(lambda info=info: client.get(collection(info.kind, "default")).status_code == 200,

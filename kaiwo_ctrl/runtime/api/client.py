@@ -3,7 +3,7 @@
 :class:`RestConfig` (in :mod:`kaiwo_ctrl.runtime.api.restconfig`) holds the
 connection settings (kubeconfig, exec plugins, in-cluster service account
 with token refresh); requests go through :mod:`kaiwo_ctrl.runtime.api.transport`
-(a lean HTTP/1.1 pool for requests, aiohttp for watches) with orjson bodies,
+(one lean HTTP/1.1 pool for requests and watches) with orjson bodies,
 so no generated model classes are built on the hot path. Every kind is addressed through a :class:`Resource` (group,
 version, plural, kind, scope); core kinds are listed in
 :mod:`kaiwo_ctrl.runtime.api.resources` and custom resources are declared the same

@@ -14,8 +14,6 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
-import aiohttp
-
 from kaiwo_ctrl.runtime.api.apitypes import ApiError, Resource
 from kaiwo_ctrl.runtime.api.liststream import ListSplitter, MalformedList
 from kaiwo_ctrl.runtime.api.transport import Transport
@@ -140,20 +138,20 @@ class StreamingReads:
             "fieldSelector": field_selector,
         }
         path = res.path(namespace)
-        url = self.transport.url(path, params)
-        headers = await self.transport.headers(None)
+        target = self.transport.target(path, params)
         self.counts["WATCH"] += 1
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=inactivity_timeout)
         try:
-            async with self.transport.session().get(url, headers=headers, timeout=timeout) as resp:
+            async with self.transport.stream(target, inactivity_timeout, inactivity=inactivity_timeout, long_lived=True) as resp:
                 for hook in self.hooks:
                     hook("WATCH", path, resp.status, 0.0)
                 if resp.status >= 400:
-                    raise ApiError(resp.status, loads(await resp.read()), "WATCH", path)
+                    async with asyncio.timeout(self.request_timeout):
+                        raw = await resp.read()
+                    raise ApiError(resp.status, loads(raw), "WATCH", path)
                 splitter = LineSplitter()
-                async for chunk in resp.content.iter_any():
+                async for chunk in resp:
                     lines = splitter.feed(chunk)
                     if lines:
                         yield decode_events(lines, drop_managed_fields, on_undecodable)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ApiError.transport_failure(exc, "WATCH", path) from exc

@@ -1,14 +1,17 @@
-"""How requests reach the API server: two connection pools and the headers.
+"""How requests reach the API server: one connection pool and the headers.
 
-* Requests (get, list, create, replace, patch, delete) go through the lean
-  keep-alive HTTP/1.1 pool of :mod:`.http1`, at most ``max_connections`` in
-  flight; its per-request CPU is a fraction of aiohttp's, which mattered at
-  several requests per reconcile. An informer's list is read from that pool
-  as it arrives (:meth:`Transport.stream`).
-* Streams (watches, log follows) go through an aiohttp session: they live
-  for minutes and need its read-inactivity timeout.
+Every exchange goes through the lean keep-alive HTTP/1.1 pool of
+:mod:`kaiwo_ctrl.runtime.net.http1` (its per-request CPU is a fraction of
+aiohttp's client, which mattered at several requests per reconcile), with
+the TLS context and credentials of one :class:`RestConfig`:
 
-Both pools use the TLS context and credentials of one :class:`RestConfig`.
+* requests (get, list, create, replace, patch, delete): at most
+  ``max_connections`` in flight (:meth:`Transport.exchange`);
+* answers read as they arrive (:meth:`Transport.stream`): an informer's list
+  holds one of those request slots; long-lived streams (watches, log
+  follows) have ``max_connections`` slots of their own, so they never starve
+  the requests, and an inactivity limit per stream.
+
 Header sets are built once per content type when the credentials are static
 (a token hook, e.g. an exec plugin or a rotating service-account token, may
 change them, so then they are built per request).
@@ -18,13 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlencode
 
-import aiohttp
-import orjson
 from yarl import URL
 
 from kaiwo_ctrl.runtime.net import http1
@@ -41,7 +42,8 @@ class Transport:
         self._pool: http1.Pool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(max_connections)
-        self._session: aiohttp.ClientSession | None = None
+        self._stream_slots = asyncio.Semaphore(max_connections)
+        self._closers: list[Callable[[], Awaitable[object]]] = []
 
     # ------------------------------------------------------------- headers
     async def headers(self, content_type: str | None) -> dict[str, str]:
@@ -73,7 +75,7 @@ class Transport:
         return f"{target}?{query}" if query else target
 
     def url(self, path: str, params: Mapping[str, Any] | None) -> URL:
-        """The full URL for the stream session, built from encoded parts so it is not parsed again."""
+        """The full URL (the CLI's WebSockets), built from encoded parts so it is not parsed again."""
         path_part, _, query = self.target(path, params).partition("?")
         return URL.build(scheme=self.scheme, authority=self.authority, path=path_part, query_string=query, encoded=True)
 
@@ -91,6 +93,7 @@ class Transport:
                 max_idle_per_host=self.max_connections,
             )
             self._slots = asyncio.Semaphore(self.max_connections)
+            self._stream_slots = asyncio.Semaphore(self.max_connections)
         return self._pool
 
     async def exchange(self, method: str, target: str, body: bytes, content_type: str | None, timeout: float) -> tuple[int, bytes, bytes | None]:
@@ -104,33 +107,33 @@ class Transport:
         return resp.status, raw, resp.header(b"retry-after") if resp.status >= 400 else None
 
     @asynccontextmanager
-    async def stream(self, target: str, timeout: float) -> AsyncIterator[http1.Response]:
-        """A GET whose answer is read as it arrives (a list decoded item by
-        item); ``timeout`` bounds the wait for its headers. Transport
-        failures raise as in :meth:`exchange`."""
+    async def stream(self, target: str, timeout: float, *, inactivity: float | None = None, long_lived: bool = False,
+                     accept: str | None = None) -> AsyncIterator[http1.Response]:
+        """A GET whose answer is read as it arrives; ``timeout`` bounds the
+        wait for its headers, ``inactivity`` (None: no limit) each wait for
+        more of it (``TimeoutError``). ``long_lived`` (a watch, a log
+        follow) takes a stream slot instead of a request slot. ``accept``
+        replaces ``application/json``. Transport failures raise as in
+        :meth:`exchange`."""
         headers = await self.raw_headers(None)
+        if accept is not None:
+            headers = [(k, accept.encode()) if k == b"Accept" else (k, v) for k, v in headers]
         pool = self._requests_pool()
-        async with self._slots:
+        async with self._stream_slots if long_lived else self._slots:
             async with asyncio.timeout(timeout):
-                resp = await pool.request("GET", self.authority, target, headers)
+                resp = await pool.request("GET", self.authority, target, headers, read_timeout=inactivity)
             async with resp:
                 yield resp
 
-    def session(self) -> aiohttp.ClientSession:
-        """The stream session (watches, log follows)."""
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.max_connections, ssl=self.config.ssl_context(), keepalive_timeout=60, enable_cleanup_closed=True
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), read_bufsize=2**21
-            )
-        return self._session
+    def on_close(self, closer: Callable[[], Awaitable[object]]) -> None:
+        """Have :meth:`close` also await ``closer()`` (what a user keeps beside
+        the pool with this transport's credentials, e.g. the CLI's WebSocket session)."""
+        self._closers.append(closer)
 
     async def close(self) -> None:
+        closers, self._closers = self._closers, []
+        for closer in closers:
+            await closer()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None

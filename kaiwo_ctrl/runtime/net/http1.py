@@ -17,7 +17,8 @@ parsed by httptools (llhttp, in C); nothing is decoded unasked.
 * Errors are :class:`TransportError` (an ``OSError``): :class:`ConnectError`
   (refused, or no connection within ``connect_timeout``), :class:`RemoteClosed`
   (closed before the response ended), :class:`ProtocolError`; an optional
-  ``read_timeout`` bounds each wait for the server and raises ``TimeoutError``.
+  ``read_timeout`` (the pool's, or one request's: a watch's inactivity limit)
+  bounds each wait for the server and raises ``TimeoutError``.
 
 Framing (RFC 9112) is strict, because a pooled connection that is out of step
 with its server hands one caller's answer to the next caller:
@@ -32,8 +33,8 @@ with its server hands one caller's answer to the next caller:
   (:class:`ProtocolError`) and an answer cut short (:class:`RemoteClosed`)
   close the connection.
 
-TLS: with an ``ssl`` context the certificate is checked against the authority's
-host. Not supported (not needed): HEAD, upgrades, proxies, pipelining.
+TLS: with an ``ssl`` context the certificate is checked against the authority's host, or the pool's
+``server_hostname`` (also sent as SNI). Not supported: HEAD, upgrades, proxies, pipelining.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class _Conn(WriteFlow):
 
     __slots__ = (
         "pool", "key", "loop", "transport", "parser", "spare", "idle_since", "closed", "response",
-        "reused", "head_bytes", "interim", "sent_whole", "_waiter", "_paused",
+        "reused", "head_bytes", "interim", "sent_whole", "read_timeout", "_waiter", "_paused",
     )
 
     def __init__(self, pool: Pool, key: str) -> None:
@@ -77,6 +78,7 @@ class _Conn(WriteFlow):
         self.head_bytes = 0  # of the answer being read, interim answers included
         self.interim = False  # the message being parsed is a 1xx answer
         self.sent_whole = False  # the current request went out to its last byte
+        self.read_timeout = pool.read_timeout  # of the exchange under way (Pool.request may set its own)
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
 
@@ -190,7 +192,7 @@ class _Conn(WriteFlow):
     async def wait(self) -> None:
         """Until the parser reports progress (or the read timeout passes)."""
         self._waiter = w = self.loop.create_future()
-        timeout = self.pool.read_timeout
+        timeout = self.read_timeout
         handle = self.loop.call_later(timeout, self._timed_out, w) if timeout is not None else None
         try:
             await w
@@ -274,9 +276,9 @@ class Pool:
     def __init__(
         self, *, connect_timeout: float | None = 5.0, read_timeout: float | None = None, idle_timeout: float = 60.0,
         max_idle_per_host: int = 256, buffer_limit: int = BUFFER_LIMIT, ssl: ssl_module.SSLContext | None = None,
-        max_head_bytes: int = MAX_HEAD_BYTES,
+        max_head_bytes: int = MAX_HEAD_BYTES, server_hostname: str | None = None,
     ) -> None:
-        self.ssl = ssl
+        self.ssl, self.server_hostname = ssl, server_hostname
         self.max_head_bytes = max_head_bytes
         self.connect_timeout, self.read_timeout, self.idle_timeout = connect_timeout, read_timeout, idle_timeout
         self.max_idle_per_host, self.buffer_limit = max_idle_per_host, buffer_limit
@@ -290,7 +292,7 @@ class Pool:
 
     async def request(
         self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (),
-        body: bytes | bytearray | StreamBody = b"",
+        body: bytes | bytearray | StreamBody = b"", *, read_timeout: float | None = None,
     ) -> Response:
         """Send ``method target`` to ``authority`` (``host:port``).
 
@@ -306,7 +308,7 @@ class Pool:
             conn = await self._acquire(authority, fresh=isinstance(body, StreamBody))
             resp = conn.response = Response(conn)
             conn.parser, conn.spare = conn.spare or httptools.HttpResponseParser(conn), None
-            conn.head_bytes, conn.interim, conn.sent_whole = 0, False, False
+            conn.head_bytes, conn.interim, conn.sent_whole, conn.read_timeout = 0, False, False, read_timeout or self.read_timeout
             try:
                 if isinstance(body, StreamBody):
                     await conn.send_stream(data, body)
@@ -345,7 +347,7 @@ class Pool:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(self, key), h.host, h.port, ssl=self.ssl, server_hostname=h.host if self.ssl else None
+                    lambda: _Conn(self, key), h.host, h.port, ssl=self.ssl, server_hostname=(self.server_hostname or h.host) if self.ssl else None
                 )
         except TimeoutError as e:
             raise ConnectError(f"no connection to {key} within {self.connect_timeout}s") from e

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.net.fetch import Fetcher
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
 from kaiwo_ctrl.serving.autoscale.peers import scrape_active
@@ -106,22 +106,22 @@ class Autoscaler:
         yet) the autoscaler still scales, from in-memory windows, and saves nothing.
         """
         loaded = False
-        async with aiohttp.ClientSession() as session:
+        async with Fetcher() as http:  # plain-HTTP scrapes of the proxy replicas
             while True:
                 await asyncio.sleep(self.config.interval)
                 try:
                     if not loaded:
                         await self.load()
                         loaded = True
-                    await self.tick(session, save=True)
+                    await self.tick(http, save=True)
                 except Exception as e:  # noqa: BLE001 - the autoscaler must outlive any one failure
                     self._warn("autoscaler state not readable or writable; retrying" if not loaded else "autoscaler tick failed", e)
                     if not loaded:
-                        await self._tick_quietly(session)
+                        await self._tick_quietly(http)
 
-    async def _tick_quietly(self, session: aiohttp.ClientSession) -> None:
+    async def _tick_quietly(self, http: Fetcher) -> None:
         try:
-            await self.tick(session, save=False)
+            await self.tick(http, save=False)
         except Exception as e:  # noqa: BLE001
             self._warn("autoscaler tick failed", e)
 
@@ -131,8 +131,8 @@ class Autoscaler:
             self._last_warning = now
             log.warning(msg, extra={"error": str(e)[:300], "configmap": f"{self.config.namespace}/{self.config.state_configmap}"})
 
-    async def tick(self, session: aiohttp.ClientSession, save: bool = True) -> None:
-        active = await self._load(session)
+    async def tick(self, http: Fetcher, save: bool = True) -> None:
+        active = await self._load(http)
         if active is None:
             return
         self.ticks += 1
@@ -154,7 +154,7 @@ class Autoscaler:
         if save:
             await self.save()
 
-    async def _load(self, session: aiohttp.ClientSession) -> dict[str, float] | None:
+    async def _load(self, http: Fetcher) -> dict[str, float] | None:
         """Load per Model: the proxies' active requests, raised to the engines' where they reported.
 
         None (skip the tick) when a proxy replica could not be read, or there is
@@ -166,7 +166,7 @@ class Autoscaler:
             return None
         active: dict[str, float] = {}
         if peers:
-            scraped = await scrape_active(session, peers, secure=self.config.secure_peers, ca_file=self.config.peer_ca_file,
+            scraped = await scrape_active(http, peers, secure=self.config.secure_peers, ca_file=self.config.peer_ca_file,
                                           server_name=self.config.peer_server_name)
             if scraped is None:
                 log.info("autoscaler skipped a tick: a proxy replica could not be scraped (with --metrics-secure, peers are "

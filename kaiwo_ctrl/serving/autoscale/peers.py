@@ -14,8 +14,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
-
+from kaiwo_ctrl.runtime.net.fetch import Fetcher
 from kaiwo_ctrl.serving.proxy.metrics import ACTIVE
 
 _LINE = re.compile(rf'^{ACTIVE}\{{([^}}]*)\}} ([0-9.eE+-]+|NaN)$', re.M)
@@ -55,10 +54,12 @@ def peer_ssl_context(ca_file: str, server_name: str = "") -> ssl.SSLContext:
 
 #: The Pod's ServiceAccount token: what a replica with ``--metrics-secure`` accepts.
 TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+#: Largest /metrics answer read from a peer (a replica's exposition is a few KiB per Model).
+MAX_METRICS_BYTES = 16 << 20
 
 
 async def scrape_active(
-    session: aiohttp.ClientSession,
+    http: Fetcher,
     peers: list[str],
     timeout: float = 5.0,
     *,
@@ -69,37 +70,41 @@ async def scrape_active(
 ) -> dict[str, float] | None:
     """Summed active requests per Model, or None when any peer could not be read.
 
-    ``secure``: the replicas serve ``/metrics`` over TLS to authorised bearer
-    tokens only (``--metrics-secure``), so the scrape sends this Pod's token
-    (re-read every time: the kubelet rotates it) - but only to a peer whose
-    certificate verifies against ``ca_file`` (and, if given, names
-    ``server_name``): a token is the operator's ServiceAccount, never sent to
-    whoever answers at a Pod IP. Without ``ca_file`` nothing is sent (None).
+    ``http`` serves the plain-HTTP scrapes. ``secure``: the replicas serve
+    ``/metrics`` over TLS to authorised bearer tokens only
+    (``--metrics-secure``), so the scrape sends this Pod's token (re-read
+    every time: the kubelet rotates it) - but only to a peer whose
+    certificate verifies against ``ca_file`` (re-read every time too) and,
+    if given, names ``server_name``: a token is the operator's
+    ServiceAccount, never sent to whoever answers at a Pod IP. Without
+    ``ca_file`` nothing is sent (None). Each peer's answer is bounded in time
+    (``timeout``) and size.
     """
-    scheme, headers, ssl_ctx, hostname = "http", {}, None, None
-    if secure:
-        if not ca_file:
-            return None
-        scheme, ssl_ctx = "https", peer_ssl_context(ca_file, server_name)
-        hostname = server_name or None
-        try:
-            with open(token_file) as f:
-                headers["Authorization"] = f"Bearer {f.read().strip()}"
-        except OSError:
-            return None
+    if not secure:
+        return await _scrape(http, "http", peers, {}, timeout)
+    if not ca_file:
+        return None
+    try:
+        with open(token_file) as f:
+            headers = {"Authorization": f"Bearer {f.read().strip()}"}
+        ctx = peer_ssl_context(ca_file, server_name)
+    except (OSError, ssl.SSLError):
+        return None
+    async with Fetcher(ssl=ctx, server_hostname=server_name or None) as tls:
+        return await _scrape(tls, "https", peers, headers, timeout)
 
+
+async def _scrape(http: Fetcher, scheme: str, peers: list[str], headers: dict[str, str], timeout: float) -> dict[str, float] | None:
     async def one(addr: str) -> dict[str, float]:
-        async with session.get(
-            f"{scheme}://{addr}/metrics", headers=headers, ssl=ssl_ctx if ssl_ctx is not None else True,
-            server_hostname=hostname, timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as r:
-            r.raise_for_status()
-            return parse_active(await r.text())
+        answer = await http.get(f"{scheme}://{addr}/metrics", headers=headers, timeout=timeout, max_bytes=MAX_METRICS_BYTES)
+        if answer.status != 200:
+            raise ValueError(f"{addr} answered {answer.status}")
+        return parse_active(answer.text())
 
     results = await asyncio.gather(*(one(a) for a in peers), return_exceptions=True)
     total: dict[str, float] = {}
     for r in results:
-        if isinstance(r, BaseException):
+        if isinstance(r, BaseException):  # refused, timed out, too large, not 200, unparseable
             return None
         for k, v in r.items():
             total[k] = total.get(k, 0.0) + v

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from kaiwo_ctrl.runtime.net.fetch import AnswerTooLarge, read_capped
 from kaiwo_ctrl.runtime.net.http1 import Pool
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, GroupKey
@@ -189,16 +190,10 @@ class EngineScraper:
         try:
             if resp.status != 200:
                 raise ScrapeFailed(f"status_{resp.status // 100}xx")
-            if resp.content_length is not None and resp.content_length > self.config.max_bytes:
-                raise ScrapeFailed("too_large")
-            parts: list[bytes] = []
-            size = 0
-            async for chunk in resp:
-                size += len(chunk)
-                if size > self.config.max_bytes:
-                    raise ScrapeFailed("too_large")
-                parts.append(chunk)
-            return b"".join(parts)
+            try:
+                return await read_capped(resp, self.config.max_bytes)
+            except AnswerTooLarge:
+                raise ScrapeFailed("too_large") from None
         finally:
             resp.release()
 

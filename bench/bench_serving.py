@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import math
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -95,7 +96,16 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int) -> None:
     task = asyncio.create_task(server.run())
     await server.started.wait()
     print("ready", flush=True)
-    await task
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    # instrumentation: how PrefixHash chose (home, spill past the home, fallback: nothing under the bound)
+    counts = {s.labels["outcome"]: s.value for m in registry.collect() if m.name == "kaiwo_proxy_prefixhash_choices"
+              for s in m.samples if s.name.endswith("_total")}
+    print("choices " + orjson.dumps(counts).decode(), flush=True)
     del background
 
 
@@ -229,6 +239,68 @@ async def _reset(n: int) -> None:
     await pool.close()
 
 
+async def _sample_engines(n: int, until: float, every: float) -> list[list[tuple[float, float, float]]]:
+    """(running, waiting, KV use) per engine, every ``every`` s until ``until`` (instrumentation)."""
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+    from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
+
+    pool = Pool()
+    out: list[list[tuple[float, float, float]]] = []
+    while time.perf_counter() < until:
+        row = []
+        for host in HOSTS[:n]:
+            async with await pool.request("GET", f"{host}:{ENGINE_PORT}", "/metrics") as r:
+                s = parse_engine_metrics(await r.read())
+            row.append((s.running, s.waiting, s.kv) if s else (0.0, 0.0, 0.0))
+        out.append(row)
+        await asyncio.sleep(every)
+    await pool.close()
+    return out
+
+
+async def _traces(n: int) -> list[tuple[float, float, int, int]]:
+    """Per request at the engines: (queue s, first token s, prompt tokens, hit tokens)."""
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+
+    pool = Pool()
+    out: list = []
+    for host in HOSTS[:n]:
+        async with await pool.request("GET", f"{host}:{ENGINE_PORT}", "/trace") as r:
+            out += orjson.loads(await r.read())
+    await pool.close()
+    return out
+
+
+def _instrument(samples: list[list[tuple[float, float, float]]], trace: list, choices: list[dict]) -> str:
+    """One line: per-engine queue depth, batch spread, where the slowest first tokens lost their time, choices."""
+    parts = []
+    if samples:
+        n = len(samples[0])
+        per = []
+        for i in range(n):
+            run = [row[i][0] for row in samples]
+            wait = [row[i][1] for row in samples]
+            kv = [row[i][2] for row in samples]
+            per.append(f"e{i}: run {sum(run) / len(run):.0f} wait {sum(wait) / len(wait):.1f} (>0 {sum(w > 0 for w in wait) / len(wait):.0%},"
+                       f" max {max(wait):.0f}) kv {sum(kv) / len(kv):.2f}")
+        spread = sum(max(r[0] + r[1] for r in row) - min(r[0] + r[1] for r in row) for row in samples) / len(samples)
+        parts.append("; ".join(per) + f"; mean spread (run+wait) {spread:.1f}")
+    if trace:
+        slow = sorted(trace, key=lambda t: t[1])[-max(1, len(trace) // 100):]
+        q = sum(t[0] for t in slow) / len(slow)
+        ft = sum(t[1] for t in slow) / len(slow)
+        hit = sum(t[3] for t in slow) / max(1, sum(t[2] for t in slow))
+        parts.append(f"slowest 1% at engine: first token {ft:.2f}s of which queue {q:.2f}s, hit {hit:.0%}; "
+                     f"engine queue p99 {pct([t[0] for t in trace], 99):.2f}s")
+    total: dict[str, float] = {}
+    for c in choices:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    if sum(total.values()):
+        parts.append("choices " + ", ".join(f"{k} {v / sum(total.values()):.0%}" for k, v in sorted(total.items())))
+    return " | ".join(parts)
+
+
 def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -254,13 +326,20 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
                                                   args.think))
         await asyncio.sleep(args.warmup)
         q1, h1, _ = await _engine_counters(args.engines)
+        await _traces(args.engines)  # the warm-up's are dropped
+        sampler = asyncio.create_task(_sample_engines(args.engines, time.perf_counter() + args.duration - args.warmup, 0.25))
         stats = await stats_task
+        samples = await sampler
     finally:
+        choices = []
         for p in procs:
             p.terminate()
-            p.wait()
+            out, _ = p.communicate()
+            choices += [orjson.loads(line[8:]) for line in out.splitlines() if line.startswith("choices ")]
     q3, h3, _ = await _engine_counters(args.engines)
     hit = (h3 - h1) / (q3 - q1) if q3 > q1 else float("nan")
+    if args.instrument:
+        print(f"#   {name} x{replicas}: " + _instrument(samples, await _traces(args.engines), choices), file=sys.stderr, flush=True)
     return {"name": name, "replicas": replicas, "users": users, "n": len(stats.ttft), "p50": pct(stats.ttft, 50),
             "p99": pct(stats.ttft, 99), "tps": stats.tokens / stats.window, "hit": hit, "errors": stats.errors}  # type: ignore[attr-defined]
 
@@ -316,6 +395,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
     p.add_argument("--strategies", type=lambda x: x.split(","), default=[], help="only these (comma-separated names)")
+    p.add_argument("--instrument", action="store_true", help="per run on stderr: engine queue depth, batch spread, "
+                   "where the slowest first tokens waited, PrefixHash choices")
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
     args = p.parse_args(argv)
     if args.quick:

@@ -105,7 +105,7 @@ class Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.queries = self.hits = 0
-        self.trace: list[tuple[float, float, int, int]] = []  # per request: (queue s, first token s, prompt, hit tokens)
+        self.trace: list[tuple[float, float, float, int, int]] = []  # per request: (arrived, queue s, first token s, prompt, hit tokens)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -196,7 +196,7 @@ class Engine:
             s.generated += 1
             if s.generated == 1 and len(self.trace) < 200_000:
                 now = asyncio.get_running_loop().time()
-                self.trace.append((s.admitted - s.arrived, now - s.arrived, s.prompt_tokens, s.hit_tokens))
+                self.trace.append((s.arrived, s.admitted - s.arrived, now - s.arrived, s.prompt_tokens, s.hit_tokens))
             if s.generated >= s.max_tokens:
                 done.append(s)
             elif s.generated == 1 or s.generated % self.p.stream_every == 0:
@@ -237,9 +237,9 @@ def _handler(eng: Engine, Request, Response):  # the runtime's classes, imported
     async def handle(request):
         if request.path == "/metrics":
             return Response(200, text_type, eng.metrics())
-        if request.path == "/trace":  # the bench's instrumentation: per-request queue and first-token times since the last read
-            trace, eng.trace = eng.trace, []
-            return Response(200, [(b"Content-Type", b"application/json")], orjson.dumps(trace))
+        if request.path == "/trace":  # the bench's instrumentation: per-request queue and first-token times, and the clock
+            return Response(200, [(b"Content-Type", b"application/json")],
+                            orjson.dumps({"now": asyncio.get_running_loop().time(), "trace": eng.trace}))
         if request.path == "/reset":
             eng.reset()
             return Response(200, text_type, b"ok")

@@ -30,7 +30,15 @@ Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
 engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
 started after ``--warmup`` s in a ``--duration`` s run.
 
-    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192]
+``--instrument`` adds a line per run on stderr: each engine's mean batch and
+waiting queue (and how often it had one), the mean spread of the engines'
+batches, where the requests beyond the engines' first-token p99 spent their
+time (admission queue or prefill), and PrefixHash's home/spill/fallback
+shares; ``--trace-dir`` keeps the raw samples. ``--tune`` adds engine-aware
+PrefixHash rows with scorer constants changed (``kaiwo_ctrl.serving.proxy.score``),
+to compare weights side by side in one run.
+
+    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192] [--replicas 1,2] [--instrument]
 """
 
 from __future__ import annotations

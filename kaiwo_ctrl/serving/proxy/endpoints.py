@@ -7,9 +7,13 @@ labels (presence only). Every Pod event updates just that Pod's endpoint; a
 deleted Pod's endpoint goes at once (KubeAI ignores the delete event and
 relies on the readiness change before it).
 
-In-flight counts live on the endpoint, and so does the engine's last report
-(written by :mod:`.scrape`); choices score both through
-:func:`.score.endpoint_load`. An endpoint that goes away keeps its
+In-flight counts live on the endpoint (with those still waiting for their
+first answer byte), and so does the engine's last report (written by
+:mod:`.scrape`); choices score both through :func:`.score.endpoint_load`.
+Where engines report, PrefixHash also remembers, per Model, the endpoint each
+of the last ``RECENT_KEYS`` prefix keys went to (LRU; a key is a hash, an
+endpoint that left is forgotten at use), so a conversation's next turn goes
+where its prefix is cached. An endpoint that goes away keeps its
 count until its requests finish, but no longer counts toward the group total
 that PrefixHash's load bound uses.
 

@@ -3,7 +3,7 @@
 
 Starts its own real control plane (etcd + kube-apiserver, ``kaiwo_ctrl.local``),
 creates N KaiwoJobs (default 1000) in one namespace, then runs the operator
-in-process (``kaiwo_ctrl.workloads.controller.setup`` on a Manager, the way
+in-process (``kaiwo_ctrl.workloads.reconcile.controller.setup`` on a Manager, the way
 ``kaiwo-ctrl run`` wires it) and measures the time from manager start until
 every KaiwoJob has its child Job and a written status (seen through the
 operator's own caches). Then, on the same API server, a baseline with the raw
@@ -43,10 +43,10 @@ from kaiwo_ctrl.runtime.manager.manager import Manager  # noqa: E402
 from kaiwo_ctrl.runtime.observe.metrics import Metrics  # noqa: E402
 from kaiwo_ctrl.runtime.api.resources import EVENTS, JOBS, NAMESPACES  # noqa: E402
 from kaiwo_ctrl.settings import ensure_config  # noqa: E402
-from kaiwo_ctrl.workloads import controller as workloads  # noqa: E402
-from kaiwo_ctrl.workloads.desired import desired_children  # noqa: E402
-from kaiwo_ctrl.workloads.status import ObservedChildren, observe  # noqa: E402
-from kaiwo_ctrl.workloads.world import World  # noqa: E402
+from kaiwo_ctrl.workloads.reconcile import controller as workloads  # noqa: E402
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children  # noqa: E402
+from kaiwo_ctrl.workloads.observe.status import ObservedChildren, observe  # noqa: E402
+from kaiwo_ctrl.workloads.base.world import World  # noqa: E402
 
 import procstat  # noqa: E402  (beside this script)
 

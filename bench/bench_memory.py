@@ -8,7 +8,7 @@ waits for sync and reports the resident memory the caches added:
     python bench/bench_memory.py [--count 10000]
 
 Modes: ``trimmed`` (the transforms the operator declares for these kinds:
-:data:`kaiwo_ctrl.workloads.caches.TRANSFORMS`, e.g. a Job's pod template
+:data:`kaiwo_ctrl.workloads.reconcile.caches.TRANSFORMS`, e.g. a Job's pod template
 packed), ``default`` (the runtime's default transform: managedFields and the
 last-applied annotation dropped, repeated strings shared) and ``raw`` (no
 transform).
@@ -101,7 +101,7 @@ async def measure(kubeconfig: str, mode: str) -> dict:
     from kaiwo_ctrl.runtime.cache.cache import Cache
     from kaiwo_ctrl.runtime.api.client import Client
     from kaiwo_ctrl.runtime.api.resources import JOBS
-    from kaiwo_ctrl.workloads.caches import TRANSFORMS
+    from kaiwo_ctrl.workloads.reconcile.caches import TRANSFORMS
 
     c = await Client.from_kubeconfig(kubeconfig)
     await c.server_version()  # warm up the connection pool and imports

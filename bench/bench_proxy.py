@@ -33,7 +33,7 @@ Prints:
   (bench/peers.py installs and starts them, and says when one is left out);
 * the load average before and after.
 
-    .venv/bin/python bench/bench_proxy.py [--quick] [--service-ms 20] [--chunk-ms 5]
+    .venv/bin/python bench/bench_proxy.py [--quick] [--service-ms 20] [--chunk-ms 5] [--only-peers] [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from procstat import cpu_seconds, peak_rss_mib
+from procstat import cpu_seconds_fine as cpu_seconds, peak_rss_mib
 
 HOSTS = [f"127.0.0.{11 + i}" for i in range(4)]
 PORT_BASE = 18400
@@ -131,6 +131,7 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
     from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
     from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
     from kaiwo_ctrl.serving.proxy.resolve import Resolver
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
@@ -144,7 +145,9 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
         tracker.on_add({"metadata": {"name": f"p{i}", "namespace": "default", "labels": {"app": "model", "model": "bench"},
                                      "annotations": {"model-pod-port": str(backend_port)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
-    server = ProxyServer(ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None), ("127.0.0.1", port))
+    # the limits `kaiwo-ctrl proxy` runs with by default (a request deadline among them)
+    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits())
+    server = ProxyServer(handler, ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
     await server.started.wait()
     _settle()
@@ -334,7 +337,7 @@ def _tree_cpu(pids: list[int]) -> float:
     return total
 
 
-async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
+async def peers_phase(ours_port: int, ours_pid: int, quick: bool, baseline: tuple[int, int] | None = None) -> None:
     """Ours, nginx and LiteLLM's proxy in front of the same instant servers, interleaved round by round."""
     from peers import start_litellm, start_nginx
 
@@ -346,6 +349,8 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
     auth = [(b"Authorization", b"Bearer " + key.encode())]
     started = [("nginx", start_nginx(18481, backends), 18481), ("LiteLLM", start_litellm(18482, backends, key), 18482)]
     contenders = [("ours", f"127.0.0.1:{ours_port}", "/openai/v1/completions", ours_pid)]
+    if baseline is not None:  # the proxy of another checkout (--baseline-tree), same limits, same client
+        contenders.append(("ours@base", f"127.0.0.1:{baseline[0]}", "/openai/v1/completions", baseline[1]))
     contenders += [(name, f"127.0.0.1:{port}", "/v1/completions", p.pid) for name, p, port in started if p is not None]
     missing = [name for name, p, _ in started if p is None]
     direct = [(b, "/v1/completions") for b in backends]
@@ -382,14 +387,17 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool) -> None:
         print(f"\npeers: saturation (instant servers, 64 closed-loop clients, {n} requests each, 3 interleaved rounds, medians)")
         rates: dict[str, list[float]] = {name: [] for name, *_ in contenders}
         cpus: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+        failed = dict.fromkeys(rates, 0)
         for _ in range(3):
             for name, authority, path, pid in contenders:
                 c0 = _tree_cpu([pid])
-                _, dt, _ = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
+                _, dt, e = await run_load(s, [(authority, path)], 64, n, False, 0, auth)
                 cpus[name].append((_tree_cpu([pid]) - c0) / n)
                 rates[name].append(n / dt)
+                failed[name] += e
         for name, *_ in contenders:
-            print(f"{name:<9}{statistics.median(rates[name]):>10,.0f} req/s   CPU {statistics.median(cpus[name]) * 1e6:>6.0f} us per request")
+            print(f"{name:<9}{statistics.median(rates[name]):>10,.0f} req/s   CPU {statistics.median(cpus[name]) * 1e6:>6.0f} us per request"
+                  f"   errors {failed[name]}{'  (not a figure: requests failed)' if failed[name] else ''}")
     finally:
         await s.close()
         for _, p, _ in started:
@@ -448,6 +456,10 @@ def main() -> int:
     ap.add_argument("--chunk-ms", type=float, default=5.0, help="time between SSE chunks")
     ap.add_argument("--chunks", type=int, default=4, help="SSE chunks after the first")
     ap.add_argument("--backend-port", type=int, default=PORT_BASE, help=argparse.SUPPRESS)
+    ap.add_argument("--baseline-tree", metavar="DIR",
+                    help="peers: also measure the proxy as built from another checkout of this repository (e.g. main's), "
+                         "run by this script with the same limits, as 'ours@base'")
+    ap.add_argument("--tree", help=argparse.SUPPRESS)  # the checkout a proxy role imports kaiwo_ctrl from
     ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure nginx and LiteLLM's proxy (installed into the bench's own environment when missing)")
     ap.add_argument("--only-peers", action="store_true", help="only the peers comparison")
@@ -474,7 +486,12 @@ def main() -> int:
             if args.peers or args.only_peers:
                 extra.append(_spawn("backend", "--service-ms=0", "--service-jitter=0", f"--backend-port={INSTANT_PORT}"))
                 extra.append(_spawn("proxy", f"--port={args.port + 10}", f"--backend-port={INSTANT_PORT}"))
-                r.run(peers_phase(args.port + 10, extra[-1].pid, args.quick))
+                baseline = None
+                if args.baseline_tree:
+                    extra.append(_spawn("proxy", f"--port={args.port + 11}", f"--backend-port={INSTANT_PORT}",
+                                        f"--tree={Path(args.baseline_tree).resolve()}"))
+                    baseline = (args.port + 11, extra[-1].pid)
+                r.run(peers_phase(args.port + 10, extra[-2 if baseline else -1].pid, args.quick, baseline))
         if not args.only_peers:
             prefix_quality(requests=10000 if args.quick else 50000)
         print(f"\nload average at the end: {load_avg()}")
@@ -486,5 +503,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    _tree = next((a.partition("=")[2] for a in sys.argv if a.startswith("--tree=")), None)
+    sys.path.insert(0, _tree or str(Path(__file__).resolve().parents[1]))
     raise SystemExit(main())

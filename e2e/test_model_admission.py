@@ -13,15 +13,14 @@ show the proxy serving through the admitted replica while another waits.
 
 from __future__ import annotations
 
-import http.server
 import json
-import socketserver
-import threading
 import time
 import uuid
 
 import httpx
 import pytest
+
+from support.echoserver import serve_chat
 
 from e2e.conftest import forbidden_lines, get, wait_for
 from e2e.test_kueue_admission import GPU, KAIWO, KAIWO_CONFIG, KUEUE, QUEUE_CONFIG, condition
@@ -143,23 +142,11 @@ def events(admin, name: str) -> list[dict]:
 
 
 class FakeServer:
+    """A fake model server (:func:`support.echoserver.serve_chat`) on ``host``."""
+
     def __init__(self, host: str) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = b'{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"admitted replica"}}]}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = socketserver.ThreadingTCPServer((host, 0), Handler)
+        self.server = serve_chat("admitted replica", host)
         self.host, self.port = host, self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stand_in(self, admin, pod: dict) -> None:
         """Point the Ready, admitted Pod at this server (kwok gives it an IP that serves nothing)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from support import wait_until
+from support.echoserver import serve_chat
 
 from e2e.conftest import ROOT
 
@@ -63,24 +64,7 @@ def test_once_reaches_samples_reconciled_and_cleans_up(tmp_path):
 def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
     """kwok Pods serve nothing, so the test runs its own fake model server on a loopback
     address and stands a Ready server Pod of the sample Model in for it."""
-    import http.server
-    import socketserver
-
-    class Fake(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = b'{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"hi from fake"}}]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    server = socketserver.ThreadingTCPServer(("127.0.0.77", 0), Fake)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_chat("hi from fake", "127.0.0.77")
     kubectl = [str(ROOT / ".venv" / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}"]
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "fake-qwen-server", "namespace": "kaiwo-samples",

@@ -235,7 +235,7 @@ def _render(args: argparse.Namespace) -> int:
     """Exit 2 with one line naming the file, or the object and field, on bad input."""
     import yaml
 
-    from kaiwo_ctrl.workloads.render import render
+    from kaiwo_ctrl.workloads.reconcile.render import render
 
     try:
         docs = [d for d in yaml.safe_load_all(args.file.read_text()) if d]

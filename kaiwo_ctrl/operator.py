@@ -24,7 +24,7 @@ async def build_operator(
     ``webhooks`` options), which the caller starts and stops around ``mgr.run``."""
     await ensure_config(mgr.client)
     from kaiwo_ctrl.queues import controller as queues
-    from kaiwo_ctrl.workloads import controller as workloads
+    from kaiwo_ctrl.workloads.reconcile import controller as workloads
 
     queues.setup(mgr, tracer=tracer)
     workloads.setup(mgr, workers=workers, tracer=tracer)

@@ -81,7 +81,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "",
         "pods",
         ("list", "watch", "create", "patch", "delete"),
-        "workloads/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
+        "workloads/reconcile/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
         "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
         "serving/adapters.py: adapter.kubeai.org/<name> labels (patch)",
     ),
@@ -89,14 +89,14 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "",
         "configmaps",
         ("get", "list", "watch", "create", "update", "patch", "delete"),
-        "workloads/children.py: the download ConfigMap (informer, create, merge patch of a drifted child); "
+        "workloads/reconcile/children.py: the download ConfigMap (informer, create, merge patch of a drifted child); "
         "serving/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, update, delete when files are removed)",
     ),
     Rule(
         "",
         "persistentvolumeclaims",
         ("list", "watch", "create", "patch", "delete"),
-        "workloads/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "
+        "workloads/reconcile/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "
         "serving/cache.py: shared model cache PVC (create, patch of its per-Model annotation)",
     ),
     # --- workload children --------------------------------------------------
@@ -104,7 +104,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "batch",
         "jobs",
         ("get", "list", "watch", "create", "patch", "delete"),
-        "workloads/children.py: batch and download Jobs (informer, create, merge patch, deleted on early termination); "
+        "workloads/reconcile/children.py: batch and download Jobs (informer, create, merge patch, deleted on early termination); "
         "serving/cache.py: cache loader and evict Jobs; "
         "webhooks/jobs.py: re-read and patch to release the finalizer of an adopted Job",
     ),
@@ -112,17 +112,17 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "apps",
         "deployments",
         ("list", "watch", "create", "patch", "delete"),
-        "workloads/children.py: KaiwoService Deployments (informer, create, merge patch, deleted on early termination)",
+        "workloads/reconcile/children.py: KaiwoService Deployments (informer, create, merge patch, deleted on early termination)",
     ),
-    Rule("ray.io", "rayjobs", ("list", "watch", "create", "patch", "delete"), "workloads/children.py: Ray KaiwoJobs"),
-    Rule("ray.io", "rayservices", ("list", "watch", "create", "patch", "delete"), "workloads/children.py: Ray KaiwoServices"),
+    Rule("ray.io", "rayjobs", ("list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoJobs"),
+    Rule("ray.io", "rayservices", ("list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoServices"),
     Rule(
         "workload.codeflare.dev",
         "appwrappers",
         ("list", "watch", "create", "patch", "delete"),
-        "workloads/children.py: AppWrappers around Ray services",
+        "workloads/reconcile/children.py: AppWrappers around Ray services",
     ),
-    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
+    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/reconcile/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
     Rule(
         "apiextensions.k8s.io",
         "customresourcedefinitions",
@@ -154,25 +154,25 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         KAIWO,
         "kaiwojobs",
         ("get", "list", "watch", "create", "delete"),
-        "workloads/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job; "
+        "workloads/reconcile/controller.py: KaiwoJob informer; webhooks/jobs.py: creates the KaiwoJob tracking an adopted Job; "
         "webhooks/jobdelete.py: reads it (is it the one tracking the deleted Job?) and deletes it with the Job",
     ),
-    Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
+    Rule(KAIWO, "kaiwojobs/status", ("patch",), "workloads/reconcile/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
         "kaiwojobs/finalizers",
         ("update",),
-        "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoJob",
-        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
+        "workloads/base/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoJob",
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/base/kaiwoobject.py", "return owner_reference(owner)")),
     ),
-    Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/controller.py: KaiwoService informer"),
-    Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
+    Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/reconcile/controller.py: KaiwoService informer"),
+    Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/reconcile/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,
         "kaiwoservices/finalizers",
         ("update",),
-        "workloads/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
-        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/kaiwoobject.py", "return owner_reference(owner)")),
+        "workloads/base/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoService",
+        evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/base/kaiwoobject.py", "return owner_reference(owner)")),
     ),
     Rule(CONFIG, "aimnamespaceconfigs", ("list", "watch"), "aim/controller.py: AIMNamespaceConfig informer; workloads and serving read the effective config"),
     Rule(CONFIG, "aimnamespaceconfigs/status", ("patch",), "aim/controller.py: status patch"),
@@ -213,12 +213,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         KUEUE,
         "localqueues",
         ("list", "watch", "create", "update", "patch", "delete"),
-        "queues/controller.py: informer + sync; workloads/children.py creates a workload's missing LocalQueue "
+        "queues/controller.py: informer + sync; workloads/reconcile/children.py creates a workload's missing LocalQueue "
         "(patch: its child update call serves every child resource, LocalQueue included)",
     ),
     Rule(KUEUE, "workloadpriorityclasses", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
     Rule(KUEUE, "topologies", ("list", "watch", "create", "update", "delete"), "queues/controller.py: informer + sync"),
-    Rule(KUEUE, "workloads", ("list", "watch"), "workloads/controller.py: Kueue Workload informer (admission of a workload)"),
+    Rule(KUEUE, "workloads", ("list", "watch"), "workloads/reconcile/controller.py: Kueue Workload informer (admission of a workload)"),
     # --- KubeAI Models (serving/) --------------------------------------------
     Rule(
         KUBEAI,

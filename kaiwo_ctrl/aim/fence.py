@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Sequence
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
-from kaiwo_ctrl.runtime.api.resources import SECRETS
+from kaiwo_ctrl.runtime.api.resources import SECRETS, namespace_exists
 
 TOKEN_HEADER = "X-Kaiwo-Route-Token"
 TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()
@@ -70,6 +70,10 @@ async def ensure_route_key(client: Client, namespace: str, name: str = KEY_SECRE
         secret = await client.get_or_none(SECRETS, name, namespace)
         if secret is not None:
             return key_of(secret)
+        if not await namespace_exists(client, namespace):
+            # read, not a failed create, while the namespace is missing: an idle operator writes nothing
+            raise RouteKeyError(f"Secret {namespace}/{name} not made: the namespace {namespace!r} does not exist; "
+                                "create it or choose an existing one with --leader-election-namespace (env POD_NAMESPACE)")
         key = secrets.token_bytes(KEY_BYTES)
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace,

@@ -14,7 +14,7 @@ from typing import Any
 from kaiwo_ctrl.kinds import APPWRAPPERS, RAYJOBS, RAYSERVICES, WORKLOADS
 from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
 from kaiwo_ctrl.runtime.api.resources import DEPLOYMENTS, EVENTS, JOBS, PODS, PVCS
-from kaiwo_ctrl.workloads.labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
+from kaiwo_ctrl.workloads.base.labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
 
 from .kube import explain
 

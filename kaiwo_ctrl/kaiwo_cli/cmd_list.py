@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from kaiwo_ctrl.runtime.api.client import Client
-from kaiwo_ctrl.workloads.labels import LABEL_QUEUE_NAME, LABEL_USER
-from kaiwo_ctrl.workloads.naming import rfc1123_normalize
+from kaiwo_ctrl.workloads.base.labels import LABEL_QUEUE_NAME, LABEL_USER
+from kaiwo_ctrl.workloads.base.naming import rfc1123_normalize
 
 from .config import Defaults
 from .kube import KINDS

@@ -26,8 +26,8 @@ from pydantic import ValidationError
 from api.kaiwo.v1alpha1 import API_VERSION, LABEL_KEY_PATTERN, KaiwoJob, KaiwoService
 from api.meta import DURATION_PATTERN
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
-from kaiwo_ctrl.workloads.labels import LABEL_USER
-from kaiwo_ctrl.workloads.naming import rfc1123_normalize
+from kaiwo_ctrl.workloads.base.labels import LABEL_USER
+from kaiwo_ctrl.workloads.base.naming import rfc1123_normalize
 
 from .config import Defaults
 from .errors import USAGE, CliError

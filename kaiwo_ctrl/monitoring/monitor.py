@@ -32,7 +32,7 @@ from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
-from kaiwo_ctrl.workloads.caches import pod_informer
+from kaiwo_ctrl.workloads.reconcile.caches import pod_informer
 
 if TYPE_CHECKING:  # imported where used: httpx (and what it pulls in) costs ~50 ms at every start
     import httpx

@@ -25,7 +25,8 @@ from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.observe.events import ComponentRecorder
-from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
 from kaiwo_ctrl.runtime.api.resources import JOBS, PODS, PVCS
 
@@ -168,6 +169,8 @@ class Host(Protocol):
     def jobs(self) -> Informer: ...
     @property
     def pvcs(self) -> Informer: ...
+    @property
+    def expectations(self) -> Expectations: ...
     def namespace_config(self, ns: str) -> Mapping[str, Any] | None: ...
 
 
@@ -180,8 +183,11 @@ class CacheManager:
         fins = list(meta.get("finalizers") or [])
         if FINALIZER in fins:
             return
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": [*fins, FINALIZER]}}
-        out = await self.rec.client.patch(MODELS, meta["name"], patch, meta.get("namespace"))
+        base = meta["resourceVersion"]
+        patch = {"metadata": {"resourceVersion": base, "finalizers": [*fins, FINALIZER]}}
+        out = strip_managed_fields(await self.rec.client.patch(MODELS, meta["name"], patch, meta.get("namespace")))
+        # read back until the cache shows it; the rest of this pass goes on from the new version
+        self.rec.expectations.wrote((MODELS.kind, meta.get("namespace") or "", meta["name"]), base, out)
         meta["resourceVersion"] = out["metadata"]["resourceVersion"]
         meta["finalizers"] = out["metadata"].get("finalizers")
 

@@ -78,6 +78,10 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                         "body fits, and gets 503 after --proxy-body-memory-wait")
     p.add_argument("--proxy-body-memory-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_MEMORY_WAIT", "2m")),
                    help="how long a request waits for --proxy-body-memory to fit its body (default 2m; then 503)")
+    p.add_argument("--proxy-multipart-model-window", type=_bytes, default=_bytes(env("PROXY_MULTIPART_MODEL_WINDOW", "1Mi")),
+                   help="how far into a multipart upload its 'model' field must have ended for the rest to stream "
+                        "to the model server (default 1Mi); a form with the field later is held whole under "
+                        "--proxy-body-memory")
     p.add_argument("--proxy-max-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_HEADER_SIZE", "64Ki")),
                    help="largest request head (default 64Ki; then 431)")
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
@@ -98,6 +102,7 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
         max_upstream_head_bytes=args.proxy_max_upstream_header_size, endpoint_wait=args.proxy_endpoint_wait_timeout,
         body_memory=args.proxy_body_memory, body_memory_wait=args.proxy_body_memory_wait,
+        multipart_model_window=args.proxy_multipart_model_window,
         request_timeout=args.proxy_request_timeout or None,
     )
 

@@ -13,10 +13,10 @@ One reconcile per Model reads the caches and, in order:
 5. executes the rollout plan (:mod:`.rollout`);
 6. writes ``status`` only when it differs.
 
-Caches lag behind our own writes: Pods we created or deleted are remembered
-(:class:`PodExpectations`) and the plan waits until the cache shows them, so
-a reconcile that runs before the watch events arrive never creates twice.
-The status we last wrote is used instead of a cached status older than it.
+Caches lag behind our own writes, so a reconcile reads the Model through the
+manager's read-your-writes store (:mod:`kaiwo_ctrl.runtime.control.expectations`),
+and Pods we created or deleted are recorded there as the Model's children: the
+plan waits until the cache shows them, so a fast re-reconcile never creates twice.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kaiwo_ctrl.aim.effective import resolve
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.control.controller import Result
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.control.expectations import Key, expectations_for
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
@@ -45,7 +45,6 @@ from .admission import KueueAdmission, Quota, queue_labels
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
-from .podexpect import PodExpectations
 from .rollout import plan
 from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 
@@ -124,16 +123,17 @@ class ModelReconciler:
         self.pvcs = mgr.cache.informer(PVCS)
         self.aim_configs = mgr.cache.informer(AIMNAMESPACECONFIGS)
         self.priority_classes = mgr.cache.informer(PRIORITYCLASSES)
-        self.expectations = PodExpectations()
-        self._written: dict[str, tuple[str, dict]] = {}  # key -> (rv written over, status)
+        #: read-your-writes, shared with every writer of this manager
+        self.expectations = expectations_for(mgr)
+        self.models.add_handler(self.expectations.pruner(MODELS.kind))
         self.cache = cachelib.CacheManager(self)
-        self.adapters = AdapterSync(self.client, expectations_for(mgr))
+        self.adapters = AdapterSync(self.client, self.expectations)
         self.kueue = KueueAdmission(mgr)
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
         c = self.mgr.new_controller("model", self.reconcile, workers=workers)
-        c.for_(self.models)
+        c.for_(self.models, predicates=[self.expectations.echo_filter(MODELS.kind)])
         c.watches(self.pods, self._map_labelled)
         c.owns(self.configmaps, "kubeai.org", "Model")
         c.owns(self.jobs, "kubeai.org", "Model")
@@ -213,24 +213,22 @@ class ModelReconciler:
 
     # --------------------------------------------------------- reconcile
     async def reconcile(self, req: Request) -> Result | None:
-        model = self.models.get(req.name, req.namespace)
-        key = req.key
+        key = (MODELS.kind, req.namespace, req.name)
+        model = self.expectations.view(key, self.models.get(req.name, req.namespace))
         if model is None:
-            self.expectations.forget(key)
-            self._written.pop(key, None)
-            return None
-        model = self._with_written_status(key, model)
+            return None  # its expectations went with its delete event (the pruner)
+        model = {**model, "metadata": dict(model["metadata"])}  # this pass's copy: cached objects are never changed
         if model["metadata"].get("deletionTimestamp"):
             await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None
-        model = await self._sync_model_object(model)
+        model = await self._sync_model_object(key, model)
         config = self.source.current
         queue = self.kueue.queue_of(model)
         try:
             desired = build_pod(model, config, self.namespace_config(req.namespace), queue_labels(model, queue) if queue else None)
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
-            await self._write_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
+            await self._set_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
             return None
         await self._sync_files(model)
         cache_loaded: bool | None = None
@@ -238,27 +236,31 @@ class ModelReconciler:
             cache_loaded, load_error = await self.cache.ensure_loaded(model, config, self.namespace_config(req.namespace))
             if not cache_loaded:
                 status = desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error)
-                await self._write_status(key, model, status)
+                await self._set_status(key, model, status)
                 return None
         return await self._reconcile_pods(key, model, desired, queue, cache_loaded)
 
-    async def _reconcile_pods(self, key: str, model: dict, desired: Any, queue: str | None, cache_loaded: bool | None) -> Result | None:
+    async def _reconcile_pods(self, key: Key, model: dict, desired: Any, queue: str | None, cache_loaded: bool | None) -> Result | None:
         meta = model["metadata"]
         pods = self.model_pods(meta.get("namespace", ""), meta["name"], meta.get("uid"))
+        # False while the cache lacks Pods we created or still lists Pods we deleted: its
+        # counts are stale, so none are written (pods=None keeps the stored ones)
+        seen = self.expectations.children_seen(key, pods)
         if queue and (queue_error := await self._ensure_local_queue(model, queue)):
-            status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded,
+            status = desired_status(model, pods=pods if seen else None, config_error=None, cache_loaded=cache_loaded,
                                     quota=Quota("False", "LocalQueueError", queue_error))
-            await self._write_status(key, model, status)
+            await self._set_status(key, model, status)
             return Result(requeue_after=REJECTED_RETRY)
-        if self.expectations.satisfied(key, pods):
-            try:
-                pods = await self._execute(key, model, pods, desired, self.source.current.surge)
-            except PodRejected as e:
-                status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
-                await self._write_status(key, model, status)
-                return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
+        if not seen:
+            return None  # the watch events of those Pods enqueue the Model again
+        try:
+            pods = await self._execute(key, model, pods, desired, self.source.current.surge)
+        except PodRejected as e:
+            status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
+            await self._set_status(key, model, status)
+            return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
         quota = self._quota(model, pods) if queue else None
-        await self._write_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota))
+        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota))
         try:
             await self.adapters.sync(model, pods)
         except SYNC_ERRORS as e:
@@ -294,13 +296,7 @@ class ModelReconciler:
         name = (model.get("spec") or {}).get("priorityClassName")
         return bool(name) and self.priority_classes.get(str(name)) is None
 
-    def _with_written_status(self, key: str, model: dict) -> dict:
-        written = self._written.get(key)
-        if written and written[0] == model["metadata"].get("resourceVersion"):
-            model = {**model, "status": written[1]}
-        return model
-
-    async def _sync_model_object(self, model: dict) -> dict:
+    async def _sync_model_object(self, key: Key, model: dict) -> dict:
         """Feature labels and replica bounds, in one patch guarded by resourceVersion."""
         meta, spec = model["metadata"], model.get("spec") or {}
         labels = feature_labels(model)
@@ -312,8 +308,9 @@ class ModelReconciler:
             patch["metadata"]["labels"] = labels
         if replicas is not None:
             patch["spec"] = {"replicas": replicas}
-        out = await self.client.patch(MODELS, meta["name"], patch, meta.get("namespace"))
-        return strip_managed_fields(out)
+        out = strip_managed_fields(await self.client.patch(MODELS, meta["name"], patch, meta.get("namespace")))
+        self.expectations.wrote(key, meta["resourceVersion"], out)
+        return out
 
     async def _sync_files(self, model: dict) -> None:
         meta = model["metadata"]
@@ -339,7 +336,7 @@ class ModelReconciler:
                                 "ownerReferences": want["metadata"]["ownerReferences"]}
             await self.client.replace(CONFIGMAPS, body)
 
-    async def _execute(self, key: str, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
+    async def _execute(self, key: Key, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
         replicas = (model.get("spec") or {}).get("replicas") or 0
         p = plan(pods, desired.hash, replicas, surge, self.kueue.blocked(pods))
         if p.empty:
@@ -357,12 +354,12 @@ class ModelReconciler:
             try:
                 created.append(await self.client.create(PODS, body))
             except ApiError as e:
-                self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
+                self.expectations.expect_children(key, [c["metadata"]["name"] for c in created], deleted)
                 if e.invalid or e.forbidden:  # e.g. a missing PriorityClass: the message names it
                     self.events.warning(model, "PodRejected", _api_message(e))
                     raise PodRejected(_api_message(e)) from None
                 raise
-        self.expectations.expect(key, [c["metadata"]["name"] for c in created], deleted)
+        self.expectations.expect_children(key, [c["metadata"]["name"] for c in created], deleted)
         if created:
             self.events.normal(model, "PodsCreated", f"created {len(created)} server Pod(s) with spec hash {desired.hash}")
         if deleted:
@@ -371,19 +368,24 @@ class ModelReconciler:
         gone = set(deleted)
         return [x for x in pods if x["metadata"]["name"] not in gone] + [trim_pod(c) for c in created]
 
-    async def _write_status(self, key: str, model: dict, status: dict) -> None:
-        if status == (model.get("status") or {}) or model["metadata"].get("deletionTimestamp"):
-            return
+    async def _set_status(self, key: Key, model: dict, status: dict) -> None:
+        """``status`` when it differs, through the manager's one status writer (guarded
+        by the resourceVersion of ``model``; read back until the cache shows it)."""
         meta = model["metadata"]
-        patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        if status == (model.get("status") or {}) or meta.get("deletionTimestamp"):
+            return
         try:
-            out = await self.client.patch_status(MODELS, meta["name"], patch, meta.get("namespace"))
+            await self.expectations.write_status(
+                key, model, status,
+                lambda patch: self._patch_status(meta["name"], meta.get("namespace"), patch),
+                own=True,  # the Model watch drops the echo (echo_filter in setup)
+            )
         except ApiError as e:
-            if e.not_found:
-                return
-            raise
-        # the cache still holds the version we wrote over until the watch event arrives
-        self._written[key] = (meta["resourceVersion"], out.get("status") or status)
+            if not e.not_found:
+                raise
+
+    async def _patch_status(self, name: str, ns: str | None, patch: dict) -> dict:
+        return strip_managed_fields(await self.client.patch_status(MODELS, name, patch, ns))
 
 
 def _api_message(e: ApiError) -> str:

@@ -115,8 +115,6 @@ def too_deep_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None
 
 
 def skipped_model_reporter(mgr: Manager) -> SkippedObjectReporter:
-    async def write(ns: str, name: str, rv: str, status: dict[str, Any]) -> None:
-        patch = {"metadata": {"resourceVersion": rv}, "status": status}
-        await mgr.client.patch_status(MODELS, name, patch, ns, decode=False)
-
-    return SkippedObjectReporter(mgr, "models", too_deep_status, write)
+    return SkippedObjectReporter(
+        mgr, "models", too_deep_status, lambda ns, name, patch: mgr.client.patch_status(MODELS, name, patch, ns, decode=False)
+    )

@@ -23,7 +23,7 @@ from kaiwo_ctrl.nodes import node_informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.api.resources import JOBS, SECRETS
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
-from kaiwo_ctrl.workloads.world import Settings, World
+from kaiwo_ctrl.workloads.base.world import Settings, World
 
 from .finalizers import FinalizerSweeper
 from .jobs import JobWebhooks

@@ -56,9 +56,9 @@ from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.objects.packed import unpacked
-from kaiwo_ctrl.workloads.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
-from kaiwo_ctrl.workloads.resources import container_requests_gpu
-from kaiwo_ctrl.workloads.world import Settings
+from kaiwo_ctrl.workloads.base.labels import LABEL_MANAGED, LABEL_NAME, LABEL_QUEUE_NAME, system_labels
+from kaiwo_ctrl.workloads.base.resources import container_requests_gpu
+from kaiwo_ctrl.workloads.base.world import Settings
 
 from .jobdelete import FINALIZER, DeleteFollower, controlled_by_kaiwojob
 from .server import Review, Verdict

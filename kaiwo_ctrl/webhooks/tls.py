@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from kaiwo_ctrl.runtime.net.certs import TinyCA
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
-from kaiwo_ctrl.runtime.api.resources import SECRETS
+from kaiwo_ctrl.runtime.api.resources import SECRETS, namespace_exists
 
 log = logging.getLogger("kaiwo_ctrl.webhooks.tls")
 _PEM = Encoding.PEM
@@ -247,6 +247,10 @@ class CertManager:
         secret = await self.client.get_or_none(SECRETS, self.opts.secret_name, self.opts.namespace)
         plan = plan_secret(Material.from_secret(secret), self.opts, now)
         if plan.data is not None:
+            # an idle operator writes nothing: while the namespace is missing, a read says so
+            # and no create is attempted (a failed POST is still a write request)
+            if secret is None and not await namespace_exists(self.client, self.opts.namespace):
+                return self._namespace_missing(now)
             try:
                 secret = await self._write(secret, plan)
             except ApiError as e:

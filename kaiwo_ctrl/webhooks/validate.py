@@ -3,7 +3,7 @@
 Every check is the reconciler's own, called here so the webhook and the
 status can never disagree; the webhook only refuses earlier:
 
-* KaiwoJob / KaiwoService: ``workloads.validation.validate`` (quantities, GPU
+* KaiwoJob / KaiwoService: ``workloads.builders.validation.validate`` (quantities, GPU
   vendor, ``gpusPerReplica`` against ``gpus``, entrypoint size, storage, ...);
 * KaiwoQueueConfig: ``queues.validate.validate``;
 * Model: ``serving.profiles.profile_errors``, against the live model
@@ -25,10 +25,10 @@ from kaiwo_ctrl.queues.validate import validate as validate_queue_config
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.serving.config import SystemConfig
 from kaiwo_ctrl.serving.profiles import profile_errors
-from kaiwo_ctrl.workloads.kaiwoobject import KaiwoObject
-from kaiwo_ctrl.workloads.validation import spec_error_from_validation
-from kaiwo_ctrl.workloads.validation import validate as validate_workload_spec
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.kaiwoobject import KaiwoObject
+from kaiwo_ctrl.workloads.builders.validation import spec_error_from_validation
+from kaiwo_ctrl.workloads.builders.validation import validate as validate_workload_spec
+from kaiwo_ctrl.workloads.base.world import World
 
 #: Returns the current model (system) configuration, or ``None`` when none is
 #: known (then profile names are not checked at admission; the reconciler still is).

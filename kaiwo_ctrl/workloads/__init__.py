@@ -1,14 +1,23 @@
-"""KaiwoJob / KaiwoService: pure builders (desired children) and status observation.
+"""KaiwoJob / KaiwoService: their children built from one plan per pass, their
+status read back from those children, and the controller that applies both.
 
-Nothing in this package talks to the API server. The reconciler reads its caches,
-builds a :class:`World`, calls :func:`desired_children` and :func:`observe`, and
-applies the results (see each function's documentation for what it expects).
+Five subpackages in layers, top first; each imports only the layers below it
+(import-linter contract ``workloads-layers``):
+
+    reconcile  the controller: desired children, caches, applying, status write
+    observe    status from the observed children, preemption, drift
+    kinds      one folder per child kind (entry, builder, status mapper)
+    builders   validation, the one plan of a pass, pod template, storage, Ray
+    base       names, labels, conditions, GPUs, the world, the object's view
+
+Only ``reconcile`` talks to the API server; the layers below are pure. This
+module hands on the names other packages use.
 """
 
-from .desired import desired_children, main_workload
-from .drift import OWNED_BY_OTHERS, immutable_drift
-from .render import RenderError, render
-from .status import (
+from .base.world import World
+from .builders.validation import SpecError
+from .observe.drift import OWNED_BY_OTHERS, immutable_drift
+from .observe.status import (
     ObservedChildren,
     download_succeeded,
     has_gpu_demand,
@@ -17,8 +26,8 @@ from .status import (
     status_events,
     sweep_expired,
 )
-from .validation import SpecError
-from .world import World
+from .reconcile.desired import desired_children, main_workload
+from .reconcile.render import RenderError, render
 
 __all__ = [
     "OWNED_BY_OTHERS",

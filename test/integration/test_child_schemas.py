@@ -29,10 +29,10 @@ from kaiwo_ctrl.queues.nodepools import discover
 from kaiwo_ctrl.serving.cache import evict_job
 from kaiwo_ctrl.serving.config import parse_config
 from kaiwo_ctrl.serving.render import render as render_models
-from kaiwo_ctrl.workloads.desired import desired_children
-from kaiwo_ctrl.workloads.kaiwoobject import RENDER_UID
-from kaiwo_ctrl.workloads.render import as_discovered, render
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children
+from kaiwo_ctrl.workloads.base.kaiwoobject import RENDER_UID
+from kaiwo_ctrl.workloads.reconcile.render import as_discovered, render
+from kaiwo_ctrl.workloads.base.world import World
 
 pytestmark = pytest.mark.integration
 

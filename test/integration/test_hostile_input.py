@@ -189,7 +189,7 @@ async def _running_operator(plane, monkeypatch):
     from kaiwo_ctrl.runtime.api.client import Client
     from kaiwo_ctrl.runtime.manager.manager import Manager
     from kaiwo_ctrl.runtime.observe.metrics import Metrics
-    from kaiwo_ctrl.workloads import controller as workloads
+    from kaiwo_ctrl.workloads.reconcile import controller as workloads
 
     monkeypatch.setenv(workloads.IMAGE_ENV, "registry.example/kaiwo-ctrl:test")
     client = await Client.from_kubeconfig(str(plane.kubeconfig))

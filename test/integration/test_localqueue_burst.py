@@ -11,7 +11,7 @@ from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.settings import ensure_config
-from kaiwo_ctrl.workloads import controller as workloads
+from kaiwo_ctrl.workloads.reconcile import controller as workloads
 from test_workloads_support import TEST_IMAGE, ensure_queue_config, eventually
 
 pytestmark = pytest.mark.integration

@@ -1,16 +1,16 @@
 """The extension point: a child kind added through one ``ChildSpec`` entry
-(its builder and condition mapper) is created, observed and garbage-collected
+(its builder and condition mapper) and one registry line is created, observed and garbage-collected
 by the generic reconciler, with no other change, on the real kube-apiserver."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
-from kaiwo_ctrl.workloads.kinds import KAIWOJOB, OWNS_ANY, Build, ChildSpec
+from kaiwo_ctrl.workloads.kinds import CHILD_KINDS, OWNS_ANY, ChildSpec, workload_kinds
+from kaiwo_ctrl.workloads.builders.plan import WorkloadPlan
 from test_workloads_support import (  # noqa: F401 - fixtures
     MERGE,
     conditions,
@@ -31,7 +31,7 @@ CONDITION = "NotesReady"
 STATE = "example.com/state"
 
 
-def build_notes(b: Build) -> dict[str, Any]:
+def build_notes(b: WorkloadPlan) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -47,12 +47,12 @@ def notes_condition(cm: dict | None) -> tuple[str, str, str, str]:
     return (CONDITION, "True", "Present", f"state: {state}")
 
 
-NOTES = ChildSpec("ConfigMap", CONFIGMAPS, "notes", suffix="notes", build=build_notes,
-                  condition=notes_condition, watch=OWNS_ANY, terminate=True)
+NOTES = ChildSpec(CONFIGMAPS, build=build_notes, condition=notes_condition, suffix="notes", watch=OWNS_ANY,
+                  terminate=True)
 
 
-#: what the ``operator`` fixture runs: KaiwoJob with the one extra entry
-WORKLOAD_KINDS = (dataclasses.replace(KAIWOJOB, children=KAIWOJOB.children + (NOTES,)),)
+#: what the ``operator`` fixture runs: KaiwoJob with the one extra registry line
+WORKLOAD_KINDS = (workload_kinds(CHILD_KINDS + (("KaiwoJob", NOTES),))["KaiwoJob"],)
 
 
 def cm_url(ns: str, name: str) -> str:

@@ -1,7 +1,7 @@
 """KaiwoJob reconciler on the real kube-apiserver.
 
 The operator runs in-process exactly as ``kaiwo-ctrl run`` wires it
-(``kaiwo_ctrl.workloads.controller.setup``). Kueue, KubeRay and the Job
+(``kaiwo_ctrl.workloads.reconcile.controller.setup``). Kueue, KubeRay and the Job
 controller are played by hand: the tests patch child statuses and create
 Kueue Workloads, and watch the Kaiwo status go through the machine.
 """

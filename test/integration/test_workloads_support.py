@@ -21,7 +21,7 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 from kaiwo_ctrl.settings import ensure_config
-from kaiwo_ctrl.workloads import controller as workloads
+from kaiwo_ctrl.workloads.reconcile import controller as workloads
 from support import eventually
 
 MERGE = {"Content-Type": "application/merge-patch+json"}

@@ -63,6 +63,8 @@ class RawUpstream:
         self.connections = 0
         self.closed_by_peer = 0  # connections the client closed
         self.unexpected = b""  # bytes a client sent before its answer came
+        self.received = 0  # request body bytes read so far, all requests together
+        self.cut_body_at: int | None = None  # close a connection once its request body has come this far
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -97,6 +99,20 @@ class RawUpstream:
         self.unexpected += extra
         return False
 
+    async def _body(self, r: asyncio.StreamReader, length: int) -> bytes | None:
+        """A request body, read as it comes (counted in ``received``); None when cut at ``cut_body_at``."""
+        parts, got = [], 0
+        while got < length:
+            if self.cut_body_at is not None and got >= self.cut_body_at:
+                return None
+            chunk = await r.read(min(1 << 16, length - got))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"".join(parts), length)
+            parts.append(chunk)
+            got += len(chunk)
+            self.received += len(chunk)
+        return b"".join(parts)
+
     async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         self.connections += 1
         conn = self.connections
@@ -112,7 +128,9 @@ class RawUpstream:
                 if (probe.header(b"expect") or b"").lower() == b"100-continue":
                     w.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # as uvicorn does, before the body is read
                 length = int(probe.header(b"content-length") or 0)
-                body = await r.readexactly(length) if length else b""
+                body = await self._body(r, length)
+                if body is None:
+                    return
                 seen = Seen(conn, head[:-4], body)
                 self.seen.append(seen)
                 if self.interim:

@@ -3,8 +3,8 @@ credentials (per item, by endpoint), HF_TOKEN, and pull secrets on pod templates
 
 from __future__ import annotations
 
-from kaiwo_ctrl.workloads.desired import desired_children
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children
+from kaiwo_ctrl.workloads.base.world import World
 
 QUEUES = {"clusterQueues": [{"name": "kaiwo"}]}
 

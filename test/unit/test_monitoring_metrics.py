@@ -36,7 +36,8 @@ DOCUMENTED = {
     "vllm:time_to_first_token_seconds_bucket",
 }
 METRIC_CALLS = {"Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Summary": "summary",
-                "GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter", "HistogramMetricFamily": "histogram"}
+                "GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter", "HistogramMetricFamily": "histogram",
+                "LeanCounter": "counter", "LeanGauge": "gauge", "LeanHistogram": "histogram"}
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count", "")}
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "changes", "absent", "histogram_quantile",

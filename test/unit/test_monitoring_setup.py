@@ -13,9 +13,9 @@ from kaiwo_ctrl.runtime.api.client import Client, RestConfig
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.runtime.api.resources import PODS
-from kaiwo_ctrl.workloads import controller as workloads
-from kaiwo_ctrl.workloads.status import ObservedChildren, observe
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile import controller as workloads
+from kaiwo_ctrl.workloads.observe.status import ObservedChildren, observe
+from kaiwo_ctrl.workloads.base.world import World
 
 ON = {"RESOURCE_MONITORING_ENABLED": "true",
       "RESOURCE_MONITORING_METRICS_ENDPOINT": "http://exporter.kube-amd-gpu:5000/metrics",

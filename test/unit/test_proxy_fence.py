@@ -130,7 +130,7 @@ async def test_gateway_listener_serves_only_its_namespace_with_its_token():
         assert resp.status == 404, label
         bodies.add(bytes(resp.body))
     assert h.calls[calls:] == []  # nothing was looked up
-    assert h.metrics.gateway_refused._value.get() == len(refused)
+    assert h.metrics.gateway_refused.labels().value == len(refused)
     # one and the same OpenAI-shaped answer for each: it says nothing of what exists
     assert len(bodies) == 1
     assert orjson.loads(bodies.pop()) == {"error": {"message": "not found", "type": "not_found_error", "code": 404}}

@@ -12,7 +12,7 @@ from kaiwo_ctrl.runtime.objects.names import (
     is_label_value,
     label_value,
 )
-from kaiwo_ctrl.workloads.naming import name_label, name_with_suffix, volume_name
+from kaiwo_ctrl.workloads.base.naming import name_label, name_with_suffix, volume_name
 
 CHILD_SUFFIXES = ("data", "hf", "download")
 LENGTHS = range(1, 254)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kaiwo_ctrl.settings import environment as env
-from kaiwo_ctrl.workloads.desired import desired_children
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children
+from kaiwo_ctrl.workloads.base.world import World
 
 
 def test_operator_image():

@@ -15,9 +15,9 @@ from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.serving.config import parse_config
 from kaiwo_ctrl.serving.pods import build_pod
 from kaiwo_ctrl.webhooks.validate import OwnKindValidator
-from kaiwo_ctrl.workloads.desired import load
-from kaiwo_ctrl.workloads.validation import MAX_ENTRYPOINT_BYTES, validate
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import load
+from kaiwo_ctrl.workloads.builders.validation import MAX_ENTRYPOINT_BYTES, validate
+from kaiwo_ctrl.workloads.base.world import World
 
 MODEL_CONFIG = parse_config({
     "resourceProfiles": {"nvidia-gpu-l4": {"limits": {"nvidia.com/gpu": "1"}}, "cpu": {"requests": {"cpu": "1"}}},

@@ -15,7 +15,7 @@ from kaiwo_ctrl.webhooks.jobs import FINALIZER, mutation, tracking_kaiwojob
 from kaiwo_ctrl.webhooks.server import MAX_LISTED_ERRORS, Verdict
 from kaiwo_ctrl.webhooks.tls import CA_SETTLE, Material, TLSOptions, plan_secret
 from kaiwo_ctrl.webhooks.validate import model_profile_errors, queue_config_errors, workload_errors
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.world import World
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
 OPTS = TLSOptions("ops", dns_names=("svc.ops.svc",), cert_validity=dt.timedelta(hours=3), ca_validity=dt.timedelta(days=30))

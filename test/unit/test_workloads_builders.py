@@ -8,9 +8,9 @@ import copy
 import pytest
 import yaml
 
-from kaiwo_ctrl.workloads.desired import desired_children, main_workload
-from kaiwo_ctrl.workloads.validation import SpecError
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children, main_workload
+from kaiwo_ctrl.workloads.builders.validation import SpecError
+from kaiwo_ctrl.workloads.base.world import World
 
 NVIDIA_NODES = [
     {"metadata": {"name": f"g{i}", "labels": {"kaiwo/nodepool": "nvidia-teslak80-8gpu-28core-200gi"}},
@@ -440,7 +440,7 @@ def test_managed_label_copied_to_every_child_with_labels():
 
 def test_kaiwo_object_never_shares_containers_with_its_input():
     """The reconciler passes cached dicts: nothing derived from them may alias them."""
-    from kaiwo_ctrl.workloads.kaiwoobject import KaiwoObject
+    from kaiwo_ctrl.workloads.base.kaiwoobject import KaiwoObject
 
     raw = {
         "apiVersion": "kaiwo.silogen.ai/v1alpha1",

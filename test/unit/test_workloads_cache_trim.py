@@ -4,7 +4,7 @@ of cached Jobs the same answer as the full object does.
 
 Readers of cached Jobs and what they read:
 
-* status mappers (childstatus.batch_job_status, via observe): status.conditions,
+* status mappers (kinds/batchjob/status.batch_job_status, via observe): status.conditions,
   status.failed/ready/active;
 * drift check (drift.immutable_drift): spec.template, spec.selector,
   spec.completionMode, spec.completions; is_controlled_by: ownerReferences;
@@ -30,18 +30,18 @@ from kaiwo_ctrl.runtime.cache.store import index_by_label, index_by_namespace, i
 from kaiwo_ctrl.serving.cache import LOADER_HASH_ANNOTATION, _loader_hash, job_complete, job_failure
 from kaiwo_ctrl.webhooks.finalizers import stuck
 from kaiwo_ctrl.webhooks.jobs import FINALIZER, controlled_by_kaiwojob, tracking_kaiwojob
-from kaiwo_ctrl.workloads.caches import TRANSFORMS, trim_job
-from kaiwo_ctrl.workloads.children import update_patch, writable_part
-from kaiwo_ctrl.workloads.childstatus import batch_job_status
-from kaiwo_ctrl.workloads.controller import _ChildStatusChanged
-from kaiwo_ctrl.workloads.desired import desired_children
-from kaiwo_ctrl.workloads.drift import immutable_drift, is_controlled_by
+from kaiwo_ctrl.workloads.reconcile.caches import TRANSFORMS, trim_job
+from kaiwo_ctrl.workloads.reconcile.children import update_patch, writable_part
+from kaiwo_ctrl.workloads.kinds.batchjob.status import batch_job_status
+from kaiwo_ctrl.workloads.reconcile.controller import _ChildStatusChanged
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children
+from kaiwo_ctrl.workloads.observe.drift import immutable_drift, is_controlled_by
 from kaiwo_ctrl.workloads.kinds import KAIWOJOB
-from kaiwo_ctrl.workloads.kinds.mapping import adopted_job_owner
-from kaiwo_ctrl.workloads.observed import ObservedChildren
-from kaiwo_ctrl.workloads.status import observe
+from kaiwo_ctrl.workloads.kinds.batchjob.watch import adopted_job_owner
+from kaiwo_ctrl.workloads.base.observed import ObservedChildren
+from kaiwo_ctrl.workloads.observe.status import observe
 from kaiwo_ctrl.runtime.objects.apply import contains, differing_paths
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.base.world import World
 
 NODES = [{"metadata": {"name": f"g{i}", "labels": {"kaiwo/nodepool": "amd-mi300x-8gpu-64core-1024gi"}},
           "status": {"allocatable": {"amd.com/gpu": "8"}}} for i in range(2)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kaiwo_ctrl.workloads.gpu import (
+from kaiwo_ctrl.workloads.base.gpu import (
     ClusterGpuStats,
     check_gpus,
     check_queue,

@@ -7,9 +7,9 @@ import pytest
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.objects.names import is_dns1123_label
-from kaiwo_ctrl.workloads.desired import desired_children, main_workload
-from kaiwo_ctrl.workloads.validation import SpecError
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import desired_children, main_workload
+from kaiwo_ctrl.workloads.builders.validation import SpecError
+from kaiwo_ctrl.workloads.base.world import World
 
 WORLD = World.from_dicts(nodes=[], queue_config={"clusterQueues": [{"name": "kaiwo"}]}, config={})
 

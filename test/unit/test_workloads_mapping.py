@@ -3,7 +3,7 @@
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.objects.names import label_value
 from kaiwo_ctrl.workloads.kinds.mapping import service_pod_owner
-from kaiwo_ctrl.workloads.labels import LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
+from kaiwo_ctrl.workloads.base.labels import LABEL_NAME, LABEL_RUN_ID, LABEL_TYPE, TYPE_SERVICE
 
 
 class Services:

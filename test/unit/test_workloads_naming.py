@@ -2,8 +2,8 @@
 
 import pytest
 
-from kaiwo_ctrl.workloads.labels import inherited_labels, object_labels, queue_labels, system_labels
-from kaiwo_ctrl.workloads.naming import name_with_suffix, rfc1123_normalize
+from kaiwo_ctrl.workloads.base.labels import inherited_labels, object_labels, queue_labels, system_labels
+from kaiwo_ctrl.workloads.base.naming import name_with_suffix, rfc1123_normalize
 
 
 @pytest.mark.parametrize(

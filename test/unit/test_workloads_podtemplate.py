@@ -2,9 +2,9 @@
 
 import pytest
 
-from kaiwo_ctrl.workloads.desired import main_workload
-from kaiwo_ctrl.workloads.podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.reconcile.desired import main_workload
+from kaiwo_ctrl.workloads.builders.podtemplate import EntrypointError, normalize_entrypoint, parse_entrypoint
+from kaiwo_ctrl.workloads.base.world import World
 
 
 @pytest.mark.parametrize(

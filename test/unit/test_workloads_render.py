@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kaiwo_ctrl.workloads.drift import immutable_drift, is_controlled_by
-from kaiwo_ctrl.workloads.render import RenderError, render
+from kaiwo_ctrl.workloads.observe.drift import immutable_drift, is_controlled_by
+from kaiwo_ctrl.workloads.reconcile.render import RenderError, render
 
 FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kaiwo_ctrl.workloads.resources import (
+from kaiwo_ctrl.workloads.base.resources import (
     apply_to_container,
     apply_to_init_container,
     container_requests_gpu,

@@ -5,8 +5,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kaiwo_ctrl.workloads.childstatus import UnknownChildStatus, batch_job_status, deployment_status, ray_job_status
-from kaiwo_ctrl.workloads.status import (
+from kaiwo_ctrl.workloads.base.childstatus import UnknownChildStatus
+from kaiwo_ctrl.workloads.kinds.batchjob.status import batch_job_status
+from kaiwo_ctrl.workloads.kinds.deployment.status import deployment_status
+from kaiwo_ctrl.workloads.kinds.rayjob.status import ray_job_status
+from kaiwo_ctrl.workloads.observe.status import (
     ObservedChildren,
     download_succeeded,
     has_gpu_demand,
@@ -16,7 +19,9 @@ from kaiwo_ctrl.workloads.status import (
     sweep_expired,
 )
 from kaiwo_ctrl.workloads.kinds import WORKLOAD_KINDS
-from kaiwo_ctrl.workloads.world import World
+from kaiwo_ctrl.workloads.kinds.rayservice import CHILD as RAYSERVICE
+from kaiwo_ctrl.workloads.kinds.storage import DATA_PVC, DOWNLOAD_CONFIGMAP, DOWNLOAD_JOB, HF_PVC
+from kaiwo_ctrl.workloads.base.world import World
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 T0S = "2026-01-01T12:00:00Z"
@@ -414,11 +419,11 @@ def test_workload_kind_sorts_observed_children_into_slots():
         {"kind": "Job", "metadata": {"name": "unrelated"}},
     ]
     ch = WORKLOAD_KINDS["KaiwoJob"].observed(kjob(), objects, gpu_demand=True)
-    assert ch.main["metadata"]["name"] == "j" and ch.download_job["metadata"]["name"] == "j-download"
-    assert ch.data_pvc and ch.hf_pvc and ch.download_configmap and ch.gpu_demand
+    assert ch.main["metadata"]["name"] == "j" and ch.get(DOWNLOAD_JOB.slot)["metadata"]["name"] == "j-download"
+    assert ch.get(DATA_PVC.slot) and ch.get(HF_PVC.slot) and ch.get(DOWNLOAD_CONFIGMAP.slot) and ch.gpu_demand
     svc = WORKLOAD_KINDS["KaiwoService"].observed(ksvc(ray=True), [{"kind": "AppWrapper", "metadata": {"name": "j"}},
                                                                  {"kind": "RayService", "metadata": {"name": "j"}}])
-    assert svc.main["kind"] == "AppWrapper" and svc.ray_service["kind"] == "RayService"
+    assert svc.main["kind"] == "AppWrapper" and svc.get(RAYSERVICE.slot)["kind"] == "RayService"
 
 
 def test_typed_model_input_gives_same_status():

@@ -48,3 +48,11 @@ async def served(client: Client, *resources: Resource) -> bool:
                 return False
             raise
     return True
+
+
+async def namespace_exists(client: Client, name: str) -> bool:
+    """Whether namespace ``name`` exists, by a read (``list`` with a field selector, so only
+    ``list namespaces`` is needed). Ask before creating in a namespace that may be missing:
+    a create that fails there is still a write request, retried for ever by a caller."""
+    found = await client.list(NAMESPACES, field_selector=f"metadata.name={name}", limit=1)
+    return bool(found.get("items"))

@@ -2,9 +2,10 @@
 
 An informer cache shows our own write one watch event later. A reconcile that
 runs in between would otherwise see the old object and write the same thing
-again. This module is the runtime's mechanism against that, for any controller
-that writes and then reads its caches (one :func:`expectations_for` store per
-manager, shared by its controllers):
+again. This module is the runtime's one mechanism against that: a manager has
+one store (:func:`expectations_for`), and a controller of the manager that
+needs read-your-writes uses it rather than keeping one of its own (others lean
+on resourceVersion conflicts and AlreadyExists alone):
 
 * :meth:`Expectations.wrote` records the object the API server returned for a
   write made over resourceVersion ``base_rv`` (``None`` for a create);
@@ -14,10 +15,16 @@ manager, shared by its controllers):
 * :meth:`Expectations.expect_status` records a status write before it is sent
   (its watch event may arrive before the response);
   :meth:`Expectations.own_status_event` then recognises the update event that
-  write produced, so the controller need not reconcile its own echo.
+  write produced, and :meth:`Expectations.echo_filter` is the predicate that
+  drops it, so the controller need not reconcile its own echo.
 * :meth:`Expectations.write_status` writes a status (a merge patch guarded
   by resourceVersion) and records it for read-your-writes (a controller's
   write to its own object also with :meth:`Expectations.expect_status`).
+* :meth:`Expectations.expect_children` records children created or deleted
+  for an owner (e.g. Pods with generated names, found through a label index
+  rather than by name); :meth:`Expectations.children_seen` tells whether the
+  cache shows all of them yet, so a reconcile that runs before their watch
+  events arrive does not create or delete again.
 * :func:`wait_observed` waits until a cache shows a write (for controllers
   that compute a plan from a whole cache listing).
 
@@ -25,7 +32,8 @@ Entries never leak: the store is bounded by entry count and by (estimated)
 bytes, evicting the oldest first; entries older than ``ttl`` seconds are
 ignored and pruned (the watch event never came, e.g. the object was deleted
 again before we saw it); and :meth:`Expectations.pruner` returns an informer
-handler that forgets an object when its delete event arrives.
+handler that forgets an object (and its children's entry) when its delete
+event arrives.
 
 Defaults: 20,000 entries, 64 MiB, 30 s time to live.
 """
@@ -35,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -50,6 +58,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency
         return len(json.dumps(obj, default=str))
 
 
+from kaiwo_ctrl.runtime.control.predicate import Predicate
 from kaiwo_ctrl.runtime.objects.objpath import meta, rv
 
 Key = tuple[str, str, str]
@@ -59,7 +68,7 @@ DEFAULT_MAX_ENTRIES = 20_000
 DEFAULT_MAX_BYTES = 64 << 20
 DEFAULT_TTL = 30.0
 
-_OBJ, _STATUS = "obj", "status"
+_OBJ, _STATUS, _CHILDREN = "obj", "status", "children"
 
 
 class Expectations:
@@ -160,7 +169,45 @@ class Expectations:
             and not m_new.get("deletionTimestamp")
         )
 
-    # ----------------------------------------------------------------- pruning
+    def echo_filter(self, kind: str) -> Predicate:
+        """A predicate for the watch of ``kind`` that drops the update event our
+        own status write (``own=True``) produced: the pass that wrote it has
+        already acted on that status."""
+        return _NotOwnEcho(self, kind)
+
+    # ---------------------------------------------------------------- children
+    def expect_children(self, owner: Key, created: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
+        """Children of ``owner`` were created or deleted (by name): until the
+        cache shows each created one and no deleted one (or shows it being
+        deleted), :meth:`children_seen` answers False. Adds to what is pending
+        and restarts its time to live."""
+        entry = self._fresh((_CHILDREN, owner))
+        c, d = entry[1] if entry is not None else ((), ())
+        new = (tuple(sorted({*c, *created})), tuple(sorted({*d, *deleted})))
+        if new[0] or new[1]:
+            self._put(_CHILDREN, owner, None, new)
+
+    def children_seen(self, owner: Key, children: Iterable[Mapping[str, Any]]) -> bool:
+        """Whether the cache, which lists ``children`` for ``owner``, shows every
+        create and delete recorded with :meth:`expect_children` (True when none
+        are pending or they expired). What it shows stops being pending."""
+        k = (_CHILDREN, owner)
+        entry = self._fresh(k)
+        if entry is None:
+            return True
+        created, deleted = entry[1]
+        seen = {meta(c).get("name"): c for c in children}
+        pending_c = tuple(n for n in created if n not in seen)
+        pending_d = tuple(n for n in deleted if n in seen and not meta(seen[n]).get("deletionTimestamp"))
+        if not pending_c and not pending_d:
+            self._drop(k)
+            return True
+        if (pending_c, pending_d) != (created, deleted):
+            _, _, size, at = self._m[k]  # the size stays an upper bound
+            self._m[k] = (None, (pending_c, pending_d), size, at)  # same age, same place
+        return False
+
+    # ------------------------------------------------------------ status writes
     async def write_status(
         self,
         key: Key,
@@ -178,7 +225,7 @@ class Expectations:
         event it produces is recognised (:meth:`own_status_event`) and not
         reconciled again; another writer's change must be reconciled."""
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        patch = {"metadata": {"resourceVersion": rv}, "status": status}
+        patch = status_patch(rv, status)
         if own:
             # registered before the request: the watch event may arrive before the response
             self.expect_status(key, rv or "", status)
@@ -191,9 +238,11 @@ class Expectations:
         self.wrote(key, rv, result)
         return result
 
+    # ----------------------------------------------------------------- pruning
     def forget(self, key: Key) -> None:
-        self._drop((_OBJ, key))
-        self._drop((_STATUS, key))
+        """Drop everything recorded for ``key`` (its write, status echo and children)."""
+        for slot in (_OBJ, _STATUS, _CHILDREN):
+            self._drop((slot, key))
 
     def pruner(self, kind: str) -> _Pruner:
         """An informer handler forgetting objects of ``kind`` when they are deleted."""
@@ -201,6 +250,12 @@ class Expectations:
 
     def __len__(self) -> int:
         return len(self._m)
+
+
+def status_patch(resource_version: str | None, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch of a status subresource that replaces ``status`` and is
+    refused (409) when the object is no longer at ``resource_version``."""
+    return {"metadata": {"resourceVersion": resource_version}, "status": status}
 
 
 class _Pruner:
@@ -216,6 +271,15 @@ class _Pruner:
     def on_delete(self, obj: Any, tombstone: bool) -> None:
         m = meta(obj)
         self.owner.forget((self.kind, m.get("namespace") or "", m.get("name") or ""))
+
+
+class _NotOwnEcho(Predicate):
+    def __init__(self, owner: Expectations, kind: str) -> None:
+        self.owner, self.kind = owner, kind
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        m = meta(new)
+        return not self.owner.own_status_event((self.kind, m.get("namespace") or "", m.get("name") or ""), old, new)
 
 
 # id(owner) -> (weak reference to owner, its Expectations); owners (managers)

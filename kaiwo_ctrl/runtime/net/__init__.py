@@ -1,7 +1,8 @@
 """HTTP and TLS with no Kubernetes in them: a lean HTTP/1.1 client pool (http1,
-http1response) and server (http1server) on asyncio protocols and llhttp,
-sharing header encoding and write flow control (http1common), and throw-away
-certificate authorities (certs).
+http1response) and server (http1server, http1conn, http1message, http1budget) on
+asyncio protocols and llhttp, sharing header encoding and write flow control
+(http1common) and request bodies that stream rather than being held whole
+(http1body), and throw-away certificate authorities (certs).
 
 May import (lower layers): objects, process. Never a domain package, nor the
 top-level ``api`` models.

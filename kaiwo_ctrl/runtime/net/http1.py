@@ -1,20 +1,19 @@
 """A lean HTTP/1.1 client: keep-alive connection pools on asyncio protocols.
 
-For hops where CPU per request matters (a proxy's upstream hop): a request is
-one ``transport.write`` of bytes the caller mostly pre-encoded, the response is
-parsed by httptools (llhttp, in C), and nothing is decoded that the caller
-does not ask for.
+For hops where CPU per request matters (a proxy's upstream hop): answers are
+parsed by httptools (llhttp, in C); nothing is decoded unasked.
 
 * :class:`Pool` keeps idle connections per ``host:port``, reused last-in
   first-out. One the server closes leaves at once; one idle longer than
   ``idle_timeout`` is closed (a sweep runs while any is idle, so a server that
   went away leaves no connections behind).
-* :meth:`Pool.request` sends a request with a bytes body and returns a
-  :class:`Response` once its headers are in; its body is read whole or
-  iterated as it arrives (``async for``), reading paused while more than
-  ``buffer_limit`` bytes wait. :meth:`Response.release` keeps the connection
-  only after a complete keep-alive exchange; cancelling a request or
-  abandoning a response closes it, so the server sees the client go.
+* :meth:`Pool.request` sends a request with a bytes body, or a
+  :class:`~kaiwo_ctrl.runtime.net.http1body.StreamBody` (a known length, sent as
+  it is produced, always on a new connection: it cannot be sent twice, should a
+  kept-alive one turn out closed). Its :class:`Response` comes once its headers
+  are in; the body is read whole or iterated (``async for``), reading paused
+  while more than ``buffer_limit`` bytes wait. Cancelling a request or
+  abandoning a response closes the connection, so the server sees the client go.
 * Errors are :class:`TransportError` (an ``OSError``): :class:`ConnectError`
   (refused, or no connection within ``connect_timeout``), :class:`RemoteClosed`
   (closed before the response ended), :class:`ProtocolError`; an optional
@@ -23,20 +22,18 @@ does not ask for.
 Framing (RFC 9112) is strict, because a pooled connection that is out of step
 with its server hands one caller's answer to the next caller:
 
-* interim answers (``100 Continue``, ``103 Early Hints``, ...) are skipped,
-  never taken for the final answer; ``101`` (an upgrade nobody asked for) is
-  a :class:`ProtocolError`;
-* a connection goes back to the pool only when its answer was read to the end
-  and no byte beyond it has arrived; bytes after the answer, or while idle,
-  close it;
-* the answer's head (status line and headers, interim answers included) is
-  bounded by ``max_head_bytes``; a longer one is a :class:`HeadTooLarge` and
-  closes the connection, as does invalid framing (:class:`ProtocolError`) and
-  an answer cut short (:class:`RemoteClosed`).
+* interim answers (``100 Continue``, ``103 Early Hints``, ...) are skipped; a
+  ``101`` (an upgrade nobody asked for) is a :class:`ProtocolError`;
+* a connection goes back to the pool only when its request went out whole, its
+  answer was read to the end and no byte beyond it has arrived (a server that
+  answers before a streamed body ended has its answer read, and sending stops);
+* the answer's head (interim answers included) is bounded by
+  ``max_head_bytes`` (:class:`HeadTooLarge`); it, invalid framing
+  (:class:`ProtocolError`) and an answer cut short (:class:`RemoteClosed`)
+  close the connection.
 
-TLS: give the pool an ``ssl`` context (the API client does); the server's
-certificate is checked against the authority's host. Not supported (not
-needed by its users): HEAD, upgrades, proxies, pipelining.
+TLS: with an ``ssl`` context the certificate is checked against the authority's
+host. Not supported (not needed): HEAD, upgrades, proxies, pipelining.
 """
 
 from __future__ import annotations
@@ -47,40 +44,23 @@ from collections.abc import Iterable
 
 import httptools
 
+from kaiwo_ctrl.runtime.net.http1body import StreamBody
 from kaiwo_ctrl.runtime.net.http1common import WriteFlow, encode_head
-from kaiwo_ctrl.runtime.net.http1response import Response
+from kaiwo_ctrl.runtime.net.http1response import ConnectError, HeadTooLarge, ProtocolError, RemoteClosed, Response, TransportError
+
+__all__ = ["ConnectError", "HeadTooLarge", "Pool", "ProtocolError", "RemoteClosed", "Response", "StreamBody", "TransportError"]
 
 BUFFER_LIMIT = 1 << 20
 MAX_HEAD_BYTES = 64 << 10
 SEND_SLICE = 256 << 10
 
 
-class TransportError(OSError):
-    """The exchange failed below HTTP: no connection, a broken one, or garbage."""
-
-
-class ConnectError(TransportError):
-    pass
-
-
-class RemoteClosed(TransportError):
-    pass
-
-
-class ProtocolError(TransportError):
-    pass
-
-
-class HeadTooLarge(ProtocolError):
-    """The answer's head is longer than the pool's ``max_head_bytes``."""
-
-
 class _Conn(WriteFlow):
     """One connection; carries one exchange at a time."""
 
     __slots__ = (
-        "pool", "key", "loop", "transport", "parser", "idle_since", "closed", "response",
-        "reused", "head_bytes", "interim", "_waiter", "_paused",
+        "pool", "key", "loop", "transport", "parser", "spare", "idle_since", "closed", "response",
+        "reused", "head_bytes", "interim", "sent_whole", "_waiter", "_paused",
     )
 
     def __init__(self, pool: Pool, key: str) -> None:
@@ -89,12 +69,14 @@ class _Conn(WriteFlow):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpResponseParser | None = None
+        self.spare: httptools.HttpResponseParser | None = None  # the parser of the last complete answer, for the next
         self.idle_since = 0.0
         self.closed = False
         self.response: Response | None = None
         self.reused = False  # served an exchange before
         self.head_bytes = 0  # of the answer being read, interim answers included
         self.interim = False  # the message being parsed is a 1xx answer
+        self.sent_whole = False  # the current request went out to its last byte
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
 
@@ -162,10 +144,10 @@ class _Conn(WriteFlow):
         r.keep_alive = self.parser.should_keep_alive()
         chunked = False
         for k, v in r.headers:
-            lk = k.lower()
-            if lk == b"content-length":
+            n = len(k)  # the length first: lower() makes bytes
+            if n == 14 and k.lower() == b"content-length":
                 r.content_length = int(v)
-            elif lk == b"transfer-encoding":
+            elif n == 17 and k.lower() == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
         r._until_eof = r.content_length is None and not chunked and r.status not in (204, 304)
         r._headers_done = True
@@ -188,7 +170,7 @@ class _Conn(WriteFlow):
             self.interim = False  # the final answer follows on the same parser
             return
         r.complete = True
-        self.parser = None
+        self.spare, self.parser = self.parser, None  # llhttp is ready for the next message: reused if kept alive
         self._wake()
 
     # helpers
@@ -249,6 +231,26 @@ class _Conn(WriteFlow):
                 t.write(view[i:i + SEND_SLICE])
                 await self.drain()
         await self.drain()
+        self.sent_whole = True
+
+    async def send_stream(self, head: bytes, body: StreamBody) -> None:
+        """Send ``body`` as it comes; stop early (the connection is then never reused) when the server answered whole, or went."""
+        t = self.transport
+        assert t is not None
+        t.write(head)
+        async for chunk in body:
+            if self.closed or (self.response is not None and self.response.complete):
+                break
+            t.write(chunk)
+            try:
+                await self.drain()
+            except RemoteClosed:
+                break
+        else:
+            self.sent_whole = True
+            return
+        if self.response is None or not self.response._headers_done:  # gone without an answer
+            raise RemoteClosed("connection closed while sending the body")
 
 
 class _Host:
@@ -287,7 +289,8 @@ class Pool:
         return len(h.idle) if h else 0
 
     async def request(
-        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (), body: bytes | bytearray = b"",
+        self, method: str, authority: str, target: str, headers: Iterable[tuple[bytes, bytes]] = (),
+        body: bytes | bytearray | StreamBody = b"",
     ) -> Response:
         """Send ``method target`` to ``authority`` (``host:port``).
 
@@ -298,21 +301,24 @@ class Pool:
         if method == "HEAD":
             raise ValueError("HEAD is not supported")
         data = encode_head(f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), headers, b"host", authority.encode("latin-1"),
-                           b"Content-Length: %d\r\n\r\n" % len(body))
+                           b"Content-Length: %d\r\n\r\n" % (body.length if isinstance(body, StreamBody) else len(body)))
         while True:
-            conn = await self._acquire(authority)
+            conn = await self._acquire(authority, fresh=isinstance(body, StreamBody))
             resp = conn.response = Response(conn)
-            conn.parser = httptools.HttpResponseParser(conn)
-            conn.head_bytes, conn.interim = 0, False
+            conn.parser, conn.spare = conn.spare or httptools.HttpResponseParser(conn), None
+            conn.head_bytes, conn.interim, conn.sent_whole = 0, False, False
             try:
-                await conn.send(data, body)
+                if isinstance(body, StreamBody):
+                    await conn.send_stream(data, body)
+                else:
+                    await conn.send(data, body)
                 while not resp._headers_done:
                     if resp._error is not None:
                         raise resp._error
                     await conn.wait()
             except RemoteClosed:
                 resp.release()
-                if conn.reused and not conn.head_bytes and resp._error is not None:
+                if conn.reused and not conn.head_bytes and resp._error is not None and not isinstance(body, StreamBody):
                     continue  # a kept-alive connection the server had just closed: once more on a new one
                 raise
             except BaseException:
@@ -320,12 +326,12 @@ class Pool:
                 raise
             return resp
 
-    async def _acquire(self, key: str) -> _Conn:
+    async def _acquire(self, key: str, fresh: bool = False) -> _Conn:
         h = self._hosts.get(key)
         if h is None:
             h = self._hosts[key] = _Host(key)
         idle = h.idle
-        while idle:
+        while idle and not fresh:
             conn = idle.pop()
             if conn.closed:
                 continue
@@ -351,7 +357,7 @@ class Pool:
     def _put(self, conn: _Conn) -> None:
         self._busy.discard(conn)
         h = self._hosts.get(conn.key)
-        if h is None or len(h.idle) >= self.max_idle_per_host:
+        if h is None or len(h.idle) >= self.max_idle_per_host or not conn.sent_whole:
             conn.abort()
             return
         if conn._paused and conn.transport is not None:

@@ -8,8 +8,9 @@ from collections.abc import Iterable
 
 def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     """The first value of header ``name`` (lower-case) in raw ``headers``; None when absent."""
+    n = len(name)
     for k, v in headers:
-        if k.lower() == name:
+        if len(k) == n and k.lower() == name:  # the length first: most names differ in it, and lower() makes bytes
             return v
     return None
 
@@ -17,16 +18,16 @@ def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes |
 def encode_head(first_line: bytes, headers: Iterable[tuple[bytes, bytes]], ensure: bytes, default: bytes, tail: bytes) -> bytes:
     """A message head: the first line, ``headers`` as given, ``ensure: default`` unless
     ``headers`` has that header (``ensure`` 4 letters, lower-case), then ``tail``."""
-    lines = [first_line]
+    parts = [first_line]
     found = False
     for k, v in headers:
         if not found and len(k) == 4 and k.lower() == ensure:
             found = True
-        lines.append(k + b": " + v + b"\r\n")
+        parts += (k, b": ", v, b"\r\n")  # joined once at the end: no bytes made per header
     if not found:
-        lines.append(ensure.capitalize() + b": " + default + b"\r\n")
-    lines.append(tail)
-    return b"".join(lines)
+        parts += (ensure.capitalize(), b": ", default, b"\r\n")
+    parts.append(tail)
+    return b"".join(parts)
 
 
 class WriteFlow(asyncio.Protocol):

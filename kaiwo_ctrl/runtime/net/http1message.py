@@ -9,6 +9,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
+from kaiwo_ctrl.runtime.net.http1body import BodyStream
 from kaiwo_ctrl.runtime.net.http1common import encode_head, first_header
 
 Headers = Iterable[tuple[bytes, bytes]]
@@ -24,9 +25,17 @@ def _date() -> bytes:
     return _date_cache[1]
 
 
+_status_lines: dict[tuple[bytes, int], bytes] = {}
+
+
 def response_head(status: int, headers: Headers, extra: bytes, version: bytes = b"1.1") -> bytes:
     """A response's head: status line, ``headers``, ``Date`` unless given, then ``extra`` (ending the head)."""
-    return encode_head(b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown")), headers, b"date", _date(), extra)
+    line = _status_lines.get((version, status))
+    if line is None:
+        line = b"HTTP/%s %d %s\r\n" % (version, status, _REASONS.get(status, b"Unknown"))
+        if len(_status_lines) < 1024:  # statuses are 3 digits and versions two: bounded anyway
+            _status_lines[(version, status)] = line
+    return encode_head(line, headers, b"date", _date(), extra)
 
 
 class Response:
@@ -79,7 +88,7 @@ class Streamed:
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "version", "keep_alive", "reserved", "_conn", "_streamed")
+    __slots__ = ("method", "path", "query", "headers", "body", "body_stream", "version", "keep_alive", "reserved", "_conn", "_streamed")
 
     def __init__(self, conn: Any, method: str, url: bytes, version: str, keep_alive: bool, headers: list[tuple[bytes, bytes]]) -> None:
         path, _, query = url.partition(b"?")
@@ -88,6 +97,7 @@ class Request:
         self.query = query.decode("latin-1")  # raw query string, without "?"
         self.headers = headers  # as received, in order
         self.body: bytes | bytearray = b""  # whole; a bytearray when it came in several reads (not copied again)
+        self.body_stream: BodyStream | None = None  # instead, when the server streams the body to the handler
         self.version = version
         self.keep_alive = keep_alive
         self.reserved = 0  # bytes of the server's body budget held for this request
@@ -99,12 +109,15 @@ class Request:
         return first_header(self.headers, name)
 
     def header_values(self, name: bytes) -> list[bytes]:
-        return [v for k, v in self.headers if k.lower() == name]
+        n = len(name)
+        return [v for k, v in self.headers if len(k) == n and k.lower() == name]
 
     async def stream(self, status: int, headers: Headers, length: int | None = None) -> Streamed:
         """Send the status line and headers now; the body follows in :meth:`Streamed.write`:
         ``length`` bytes when given, else chunked (HTTP/1.1) or up to the connection's end."""
         conn = self._conn
+        if self.body_stream is not None and not self.body_stream.complete:
+            self.keep_alive = False  # answered before its body ended: the connection closes after the rest
         chunked = self.version == "1.1" and length is None
         if length is not None:
             extra = b"Content-Length: %d\r\n\r\n" % length

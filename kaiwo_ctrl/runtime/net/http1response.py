@@ -1,6 +1,6 @@
 """The client side's answer to one request (:mod:`kaiwo_ctrl.runtime.net.http1`):
 headers as received, the body read whole or iterated as it arrives, and the
-hand-back of its connection to the pool."""
+hand-back of its connection to the pool; and the client's errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,26 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kaiwo_ctrl.runtime.net.http1common import first_header
+
+
+class TransportError(OSError):
+    """The exchange failed below HTTP: no connection, a broken one, or garbage."""
+
+
+class ConnectError(TransportError):
+    pass
+
+
+class RemoteClosed(TransportError):
+    pass
+
+
+class ProtocolError(TransportError):
+    pass
+
+
+class HeadTooLarge(ProtocolError):
+    """The answer's head is longer than the pool's ``max_head_bytes``."""
 
 
 class Response:
@@ -46,9 +66,15 @@ class Response:
     async def read(self) -> bytes:
         """The whole (rest of the) body."""
         parts = []
-        async for chunk in self:
-            parts.append(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        while True:  # the loop of _iter, without an async generator (the loop registers each one)
+            if self._chunks:
+                parts.append(self._take())
+            elif self.complete:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+            elif self._error is not None:
+                raise self._error
+            else:
+                await self._conn.wait()
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._iter()

@@ -23,10 +23,12 @@ from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target, request_timeout
 
 
 class ModelState:
-    __slots__ = ("model", "key", "timeout", "prefix", "active", "_metrics", "_codes")
+    __slots__ = ("model", "key", "timeout", "prefix", "active", "group", "_metrics", "_codes")
 
-    def __init__(self, model: Mapping[str, Any], key: tuple[str, str], metrics: ProxyMetrics, default_timeout: float | None) -> None:
-        self.model, self.key = model, key
+    def __init__(
+        self, model: Mapping[str, Any], key: tuple[str, str], metrics: ProxyMetrics, default_timeout: float | None, group: Group,
+    ) -> None:
+        self.model, self.key, self.group = model, key, group  # group: the Model's endpoints
         self.timeout = request_timeout(model, default_timeout)
         lb = (model.get("spec") or {}).get("loadBalancing") or {}
         #: (prefixCharLength, replication, meanLoadFactor) under PrefixHash, else None (LeastLoad)
@@ -36,14 +38,14 @@ class ModelState:
             self.prefix = (int(ph.get("prefixCharLength", 100)), int(ph.get("replication", 256)), int(ph.get("meanLoadFactor", 125)))
         self.active = metrics.active.labels(*key)
         self._metrics = metrics
-        self._codes: dict[str, tuple[Any, Any]] = {}
+        self._codes: dict[int, tuple[Any, Any]] = {}
 
-    def by_code(self, code: str) -> tuple[Any, Any]:
-        """The (requests counter, duration histogram) series of a status code."""
+    def by_code(self, code: int) -> tuple[Any, Any]:
+        """The (requests counter, duration histogram) series of a status code (0: none; labelled "000")."""
         series = self._codes.get(code)
         if series is None:
-            m = self._metrics
-            series = self._codes[code] = (m.requests.labels(*self.key, code), m.duration.labels(*self.key, code))
+            m, label = self._metrics, f"{code:03d}"
+            series = self._codes[code] = (m.requests.labels(*self.key, label), m.duration.labels(*self.key, label))
         return series
 
 
@@ -58,9 +60,12 @@ class Exchange:
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
         """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
+        ep = self.handler._choose(self.group, self.target, self.key, skip)
+        if ep is not None:  # one is free: no wait to time
+            return ep
         w0 = time.perf_counter()
         try:
-            ep: Endpoint = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
+            ep = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
             return ep
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None

@@ -6,7 +6,9 @@
 * Up to 3 retries (4 attempts) on a transport error or a 500/502/503/504
   answer, each on a newly chosen endpoint (one not yet tried when there is
   one). After the last attempt a 5xx answer passes through and a transport
-  error becomes 502.
+  error becomes 502. A streamed request body (a multipart upload) cannot be
+  sent twice: once any of it went out, there is no retry (a transport error is
+  a 502, a 5xx answer passes through), and that connection is never reused.
 * ``Expect`` is answered by the proxy's own server (``100 Continue``) and
   never forwarded: a model server's interim answer must not reach the client.
 * Bodies are never decoded: a response with a Content-Length up to
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
-from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
@@ -80,16 +82,35 @@ def _named(value: bytes) -> set[bytes]:
     return {t.strip().lower() for t in value.split(b",")}
 
 
+_KEEP, _DROP, _CONNECTION = 0, 1, 2
+#: what each header name (as sent) gets, memoised: names recur from request to request, and a
+#: lookup is cheaper than lower-casing and testing each; bounded (names are the client's word)
+_MEMO_NAMES, _MEMO_NAME_BYTES = 512, 64
+_memo_in: dict[bytes, int] = {}
+_memo_out: dict[bytes, int] = {}
+
+
+def _verdict(name: bytes, drop: frozenset[bytes], inbound: bool) -> int:
+    lk = name.lower()
+    if lk == b"connection":
+        return _CONNECTION
+    return _DROP if lk in drop or (inbound and lk.startswith(b"x-forwarded-")) else _KEEP
+
+
 def _without_hop_by_hop(raw: RawHeaders, drop: frozenset[bytes], inbound: bool) -> list[tuple[bytes, bytes]]:
     out = []
     named: set[bytes] | None = None
+    memo = _memo_in if inbound else _memo_out
     for k, v in raw:
-        lk = k.lower()
-        if lk in drop or (inbound and lk.startswith(b"x-forwarded-")):
-            if lk == b"connection":
-                named = _named(v) if named is None else named | _named(v)
-            continue
-        out.append((k, v))
+        verdict = memo.get(k)
+        if verdict is None:
+            verdict = _verdict(k, drop, inbound)
+            if len(memo) < _MEMO_NAMES and len(k) <= _MEMO_NAME_BYTES:
+                memo[k] = verdict
+        if verdict == _KEEP:
+            out.append((k, v))
+        elif verdict == _CONNECTION:
+            named = _named(v) if named is None else named | _named(v)
     if named:
         out = [(k, v) for k, v in out if k.lower() not in named]
     return out
@@ -111,7 +132,7 @@ async def forward(
     request: Request,
     pool: Pool,
     path: str,
-    body: bytes | bytearray,
+    body: bytes | bytearray | StreamBody,
     headers: list[tuple[bytes, bytes]],
     acquire: Acquire,
     release: Release,
@@ -133,10 +154,12 @@ async def forward(
             try:
                 up = await pool.request(method, ep.address, path, headers, body)
             except OSError as e:  # http1.TransportError, or the read timeout
+                last = last or _spent(body)
                 if last:
                     raise UpstreamFailed(str(e) or type(e).__name__) from e
                 on_retry("transport")
                 continue
+            last = last or _spent(body)
             try:
                 if up.status in RETRY_STATUSES and not last:
                     on_retry(str(up.status))
@@ -157,6 +180,11 @@ async def forward(
             answered()
             release(ep)
     raise AssertionError("unreachable")
+
+
+def _spent(body: bytes | bytearray | StreamBody) -> bool:
+    """The body cannot be sent again (a stream of which some went out)."""
+    return isinstance(body, StreamBody) and body.started
 
 
 async def relay(request: Request, up: Upstream, first: Callable[[], None] | None = None) -> Streamed:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible routes.
 
 ``/openai/v1/<route>`` names the Model in the body (JSON ``model``, or the
-``model`` part of a multipart form, which is taken out before forwarding);
+``model`` part of a multipart form, which is taken out before forwarding:
+see :mod:`kaiwo_ctrl.serving.proxy.multipart`);
 ``/<namespace>/<model>/v1/<route>`` names it in the path (a body ``model`` of
 ``<model>_<adapter>`` still picks an adapter). The upstream path is
 ``/v1/<route>`` with the query string kept.
@@ -14,13 +15,18 @@ has its own bound (504 either way). Errors are OpenAI-style JSON:
 ``{"error": {"message", "type", "code"}}``; no exception text reaches a client.
 A body the proxy cannot parse, or cannot encode again after the ``model``
 rewrite (nested deeper than orjson's limit), is a 400.
+
+JSON bodies are held whole (routing needs their ``model``, PrefixHash hashes
+their prompt; ``max_body_bytes`` and the body memory bound them). A multipart
+form with a Content-Length streams (:meth:`ProxyHandler.stream_hold`): only its
+prefix up to the ``model`` part is held, the rest goes on as it arrives; one whose
+``model`` part comes after the window (the file first) is held whole after all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import Any
 
@@ -28,14 +34,17 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
+from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
@@ -45,7 +54,6 @@ log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 CONNECT_TIMEOUT = 5.0
 JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank"})  # rerank: Reranking Models (KubeAI 0.22)
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
-_MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
 
 
@@ -63,27 +71,6 @@ def error_response(status: int, message: str, **extra: Any) -> Response:
     return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
 
 
-def split_multipart_model(body: bytes | bytearray, boundary: str) -> tuple[str | None, bytes | bytearray]:
-    """Take the ``model`` part out of a multipart body; returns (model, the rest of the form).
-
-    The part is found in place and the rest is made in one copy (an audio upload
-    may be tens of MB); a body without a model part is returned as it is."""
-    delim = b"--" + boundary.encode()
-    pos = body.find(delim)
-    while pos != -1:
-        start = pos + len(delim)
-        nxt = body.find(delim, start)
-        if nxt == -1 or body.startswith(b"--", start):
-            break  # the closing delimiter, or no part after it
-        head_end = body.find(b"\r\n\r\n", start, nxt)
-        if head_end != -1 and _MODEL_PART.search(body, start, head_end):
-            model = bytes(body[head_end + 4:nxt]).removesuffix(b"\r\n").decode(errors="replace").strip()
-            view = memoryview(body)
-            return model, b"".join((view[:pos], view[nxt:]))
-        pos = nxt
-    return None, body
-
-
 class ProxyHandler:
     def __init__(
         self, resolver: Resolver, tracker: EndpointTracker, metrics: ProxyMetrics, scaler: ScaleFromZero | None,
@@ -93,6 +80,8 @@ class ProxyHandler:
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
+        self.deadlines = Deadlines()
+        self._overhead = metrics.overhead.labels()
         # No read timeout (generations are long; the request's deadline bounds them), but a server
         # Pod that does not accept a connection within CONNECT_TIMEOUT counts as a transport
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
@@ -103,6 +92,7 @@ class ProxyHandler:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
+        self.deadlines.close()
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
@@ -123,17 +113,33 @@ class ProxyHandler:
         return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
 
     # -------------------------------------------------------------- proxy
+    def stream_hold(self, request: Request) -> int | None:
+        """For the server, once a head is in: a multipart form streams, its handler holding at most
+        the model part's window and one read (until it finds it must hold the form whole:
+        ``BodyStream.hold_whole``); anything else (JSON: routing needs all of it) is read whole."""
+        if request.method != "POST" or _mimetype(request)[0] != "multipart/form-data":
+            # JSON stays whole: routing needs its model and PrefixHash its prompt (bounded by
+            # --proxy-max-body-size and the process's body memory)
+            return None
+        return self.limits.multipart_model_window + STREAM_BUFFER
+
+    async def _read_stream(self, request: Request, path_model: str | None) -> tuple[str, StreamBody | bytearray]:
+        """(requested model name, the rest of the form to forward: as it comes, or held whole when
+        its model part came past the window) of a streamed form."""
+        assert request.body_stream is not None
+        boundary = check_boundary(dict(_params(_mimetype(request)[1])).get("boundary"))
+        model, body = await take_model_part(request.body_stream, boundary, self.limits.multipart_model_window)
+        if not model and not path_model:
+            raise ProxyError(400, "bad request: missing 'model' form field")
+        return model or path_model or "", body
+
     def _read(self, request: Request, route: str, path_model: str | None) -> tuple[str, bytes | bytearray, Any]:
         """(requested model name, body to forward, parsed JSON body or None)."""
         body = request.body
-        raw_ctype = request.header(b"content-type")
-        ctype = raw_ctype.decode("latin-1") if raw_ctype else ""
-        mimetype = ctype.partition(";")[0].strip().lower()
+        mimetype, ctype = _mimetype(request)
         if mimetype == "multipart/form-data":
-            boundary = dict(_params(ctype)).get("boundary")
-            if not boundary:
-                raise ProxyError(400, "bad request: multipart body without a boundary")
-            model, body = split_multipart_model(body, boundary)
+            boundary = check_boundary(dict(_params(ctype)).get("boundary"))
+            model, body = split_multipart_model(body, boundary.decode())
             request.body = b""  # only the form as forwarded is kept
             if not model and not path_model:
                 raise ProxyError(400, "bad request: missing 'model' form field")
@@ -158,8 +164,12 @@ class ProxyHandler:
     async def proxy(self, request: Request, route: str, namespace: str | None = None, path_model: str | None = None) -> Response | Streamed:
         """``POST /openai/v1/<route>``, or ``/<namespace>/<model>/v1/<route>``."""
         t0 = time.perf_counter()
+        body: bytes | bytearray | StreamBody
         try:
-            requested, body, parsed = self._read(request, route, path_model)
+            if request.body_stream is not None:
+                (requested, body), parsed = await self._read_stream(request, path_model), None
+            else:
+                requested, body, parsed = self._read(request, route, path_model)
             if path_model is not None and requested.partition("_")[0] != path_model:
                 requested = path_model  # the path names the Model; a body model naming another one is ignored
             target = self.resolver.resolve(requested, _selectors(request), namespace)
@@ -184,42 +194,49 @@ class ProxyHandler:
         key = (t.namespace, t.name)
         st = self._states.get(key)
         if st is None or st.model is not t.model:
-            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout)
+            # the tracker never drops a group: the same one serves the Model's life
+            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout, self.tracker.group(key))
         return st
 
-    async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray, key: str, t0: float) -> Response | Streamed:
+    async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray | StreamBody, key: str,
+                     t0: float) -> Response | Streamed:
         st = self._state(t)
         st.active.inc()
-        ex = Exchange(self, self.tracker.group(st.key), t, self.limits.endpoint_wait)
+        ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
-        code = "000"
+        code = 0
+        task = None
+        if st.timeout is not None:  # no deadline: nothing to watch
+            task = asyncio.current_task()
+            self.deadlines.arm(task, st.timeout)  # type: ignore[arg-type]
         try:
-            if st.timeout is None:  # no deadline: no timer either
-                resp = await self._attempt(request, route, t, ex, body)
-            else:
-                async with asyncio.timeout(st.timeout):
-                    resp = await self._attempt(request, route, t, ex, body)
-            code = str(resp.status)
+            resp = await self._attempt(request, route, t, ex, body)
+            code = resp.status
             return resp
-        except TimeoutError:
-            code = "504"
-            return error_response(504, "Gateway Timeout: the Model's request timeout passed")
-        except (asyncio.CancelledError, ConnectionResetError):
-            code = "499"  # the client went away
+        except asyncio.CancelledError:
+            if task is not None and self.deadlines.disarm(task):
+                code = 504
+                return error_response(504, "Gateway Timeout: the Model's request timeout passed")
+            code = 499  # the client went away
+            raise
+        except ConnectionResetError:
+            code = 499
             raise
         finally:
+            if task is not None:
+                self.deadlines.disarm(task)
             st.active.dec()
             requests, duration = st.by_code(code)
             requests.inc()
             duration.observe(time.perf_counter() - t0)
             if ex.sent_at:
-                self.metrics.overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
+                self._overhead.observe(max(0.0, ex.sent_at - t0 - ex.waited))
 
     async def _attempt(
-        self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray,
+        self, request: Request, route: str, t: Target, ex: Exchange, body: bytes | bytearray | StreamBody,
     ) -> Response | Streamed:
         try:
-            if self.scaler is not None:
+            if self.scaler is not None and self.scaler.needed(t):  # checked here: no coroutine per request
                 await self.scaler.ensure_running(t)
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
@@ -237,23 +254,28 @@ class ProxyHandler:
         deadline = None
         while True:
             changed = group.changed()
-            prefix = self._state(t).prefix  # the strategy is read at request time
-            if prefix is not None:
-                c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
-                ep = c.endpoint
-                if ep is not None:
-                    outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
-                    self.metrics.prefix_choices.labels(outcome).inc()
-                    self.metrics.prefix_examined.inc(c.examined)
-            else:
-                ep = group.choose_least(t.adapter, skip)
+            ep = self._choose(group, t, key, skip)
             if ep is not None:
-                return group.acquire(ep)
+                return ep
             if deadline is None and wait_limit is not None:
                 deadline = asyncio.get_running_loop().time() + wait_limit
             async with asyncio.timeout_at(deadline):
                 await changed.wait()
             t = self._refresh(t)
+
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint | None:
+        """An endpoint for ``t`` now (counted as in flight), or None when none is usable."""
+        prefix = self._state(t).prefix  # the strategy is read at request time
+        if prefix is not None:
+            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
+            ep = c.endpoint
+            if ep is not None:
+                outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
+                self.metrics.prefix_choices.labels(outcome).inc()
+                self.metrics.prefix_examined.inc(c.examined)
+        else:
+            ep = group.choose_least(t.adapter, skip)
+        return None if ep is None else group.acquire(ep)
 
     def _refresh(self, t: Target) -> Target:
         m = self.resolver.models.get(t.name, t.namespace)
@@ -272,6 +294,13 @@ def _listed_as(entry_id: str, namespace: str | None, model: str) -> bool:
     without a namespace is a name only one namespace has (the one the path resolved to)."""
     ns, _, rest = entry_id.rpartition("/")
     return rest.partition("_")[0] == model and (not ns or ns == namespace)
+
+
+def _mimetype(request: Request) -> tuple[str, str]:
+    """(the Content-Type's media type, lower-case; the whole header)."""
+    raw = request.header(b"content-type")
+    ctype = raw.decode("latin-1") if raw else ""
+    return ctype.partition(";")[0].strip().lower(), ctype
 
 
 def _params(ctype: str) -> list[tuple[str, str]]:

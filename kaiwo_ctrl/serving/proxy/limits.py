@@ -8,6 +8,15 @@ parsed form living only while that copy is made); the next pipelined
 request's body and one read beyond it; and of the upstream answer, its head
 (``max_upstream_head_bytes``) and about ``UPSTREAM_BUFFER`` of body (reading
 from the model server pauses while the client is slower).
+
+A multipart/form-data body (an audio upload) whose ``model`` part ends within
+``multipart_model_window`` bytes is not held whole: the proxy holds that prefix
+and about one read, and streams the rest of the form to the endpoint as it
+arrives. One whose ``model`` part comes later (the file first, as OpenAI's
+examples send it) is held whole after all, exactly as a JSON body is (its
+Content-Length taken from ``body_memory``, waiting, 503), and forwarded whole. JSON
+bodies are held whole (routing needs their ``model``, PrefixHash their
+prompt), within ``max_body_bytes`` and ``body_memory``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,9 @@ class ProxyLimits:
     #: fits, and gets 503 after body_memory_wait of waiting
     body_memory: int = 512 << 20
     body_memory_wait: float = 120.0
+    #: how far into a multipart form its ``model`` part must have ended for the rest to stream (only this much
+    #: is held); past it the form is held whole under body_memory
+    multipart_model_window: int = 1 << 20
     #: an upstream answer's head (502 when a model server breaks it)
     max_upstream_head_bytes: int = 64 << 10
     #: how long a request waits for a Ready endpoint of its Model (504): long enough for a scale-from-zero

@@ -15,11 +15,16 @@
 * ``kaiwo_proxy_gateway_refused_total`` - requests the Gateway listener refused
   (no or a wrong route token, or a path outside ``/<namespace>/<model>/v1/``);
   no labels: the namespace of a refused request is the client's word.
+
+They are :mod:`kaiwo_ctrl.runtime.observe.lean` series: updated with plain
+arithmetic on every request, exposed like prometheus_client's own.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from kaiwo_ctrl.runtime.observe.lean import LeanCounter, LeanGauge, LeanHistogram
 
 ACTIVE = "kaiwo_proxy_active_requests"
 LABELS = ("model_namespace", "model_name")
@@ -30,22 +35,22 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 class ProxyMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.active = Gauge(ACTIVE, "Active requests per Model (held requests included)", LABELS, registry=r)
-        self.requests = Counter("kaiwo_proxy_requests", "Proxied requests per Model and status code", (*LABELS, "code"), registry=r)
-        self.duration = Histogram(
+        self.active = LeanGauge(ACTIVE, "Active requests per Model (held requests included)", LABELS, registry=r)
+        self.requests = LeanCounter("kaiwo_proxy_requests", "Proxied requests per Model and status code", (*LABELS, "code"), registry=r)
+        self.duration = LeanHistogram(
             "kaiwo_proxy_request_duration_seconds", "Request duration per Model and status code", (*LABELS, "code"),
             buckets=DURATION_BUCKETS, registry=r,
         )
-        self.overhead = Histogram(
+        self.overhead = LeanHistogram(
             "kaiwo_proxy_overhead_seconds", "Time the proxy itself adds per request (endpoint waits excluded)",
             buckets=OVERHEAD_BUCKETS, registry=r,
         )
-        self.retries = Counter("kaiwo_proxy_upstream_retries", "Upstream attempts retried", ("reason",), registry=r)
-        self.prefix_choices = Counter("kaiwo_proxy_prefixhash_choices", "PrefixHash choices by outcome", ("outcome",), registry=r)
-        self.prefix_examined = Counter(
+        self.retries = LeanCounter("kaiwo_proxy_upstream_retries", "Upstream attempts retried", ("reason",), registry=r)
+        self.prefix_choices = LeanCounter("kaiwo_proxy_prefixhash_choices", "PrefixHash choices by outcome", ("outcome",), registry=r)
+        self.prefix_examined = LeanCounter(
             "kaiwo_proxy_prefixhash_ring_points_examined", "Ring points examined by PrefixHash choices", registry=r
         )
-        self.gateway_refused = Counter(
+        self.gateway_refused = LeanCounter(
             "kaiwo_proxy_gateway_refused", "Requests the Gateway listener refused (route token or path)", registry=r
         )
         for outcome in ("home", "spill", "fallback"):

@@ -110,19 +110,20 @@ class ProxyServer:
         self.gateway_port: int | None = None
         self.started = asyncio.Event()
         self.gateway_started = asyncio.Event()
+        self.servers: list[Server] = []  # while running: the listeners' HTTP servers (their body budgets, for tests)
 
     def _server(self, dispatch: Callable[[Request], Awaitable[Response | Streamed]]) -> Server:
         lim = self.handler.limits
         return Server(dispatch, max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
                       head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
-                      budget_wait=lim.body_memory_wait, error_response=internal_error)
+                      budget_wait=lim.body_memory_wait, error_response=internal_error, stream_body=self.handler.stream_hold)
 
     async def run(self) -> None:
         await self.handler.start()
         # a client that disconnects cancels its request's task, which cancels the upstream
         # request and frees the endpoint slot; on shutdown, requests in flight get
         # drain_timeout to finish, then are cut
-        servers: list[Server] = []
+        servers = self.servers
         try:
             server = self._server(route(self.handler))
             servers.append(server)
@@ -139,6 +140,7 @@ class ProxyServer:
         finally:
             for srv in servers:
                 await srv.close(self.drain_timeout)
+            servers.clear()
             await self.handler.close()
 
     async def _key(self) -> bytes:

@@ -1,11 +1,12 @@
-"""The Kaiwo workload kinds as data: one :class:`WorkloadKind` per kind
-(:mod:`.job`, :mod:`.service`), its children declared as :class:`ChildSpec`
-entries.
+"""The Kaiwo workload kinds as data: one :class:`WorkloadKind` per kind, its
+children declared as :class:`ChildSpec` entries.
 
-The generic reconciler, the cache wiring and the status machine read these
-tables instead of branching on the kind. Adding a child kind is one
-``ChildSpec`` entry with its builder and status/condition mapper; adding a
-whole kind is one ``WorkloadKind`` here.
+One folder per child kind (``batchjob/``, ``rayjob/``, ``deployment/``,
+``appwrapper/``, ``rayservice/``) holds its entry (``CHILD``), builder and
+status mapper; :mod:`.registry` lists them, one line each; :mod:`.storage`
+holds the storage children every kind shares. The generic reconciler, the
+cache wiring and the status machine read these tables instead of branching
+on the kind.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Iterable
 from kaiwo_ctrl.kinds import LOCALQUEUES
 from kaiwo_ctrl.runtime.api.client import Resource
 
-from .job import KAIWOJOB
-from .service import KAIWOSERVICE
-from .spec import GROUP, MAPPED, OWNS, OWNS_ANY, Build, ChildSpec, Condition, WorkloadKind
+from .registry import CHILD_KINDS, workload_kinds
+from .spec import GROUP, MAIN, OWNS, OWNS_ANY, ChildSpec, Condition, Paths, WorkloadKind
 
-WORKLOAD_KINDS: dict[str, WorkloadKind] = {k.kind: k for k in (KAIWOJOB, KAIWOSERVICE)}
+WORKLOAD_KINDS: dict[str, WorkloadKind] = workload_kinds()
+KAIWOJOB = WORKLOAD_KINDS["KaiwoJob"]
+KAIWOSERVICE = WORKLOAD_KINDS["KaiwoService"]
 
 
 def child_resources(kinds: Iterable[WorkloadKind] | None = None) -> dict[str, Resource]:
@@ -47,21 +49,23 @@ TERMINATION_KINDS: tuple[str, ...] = tuple(
 MAIN_KINDS = {(k.kind, ray): k.main_kind(ray) for k in WORKLOAD_KINDS.values() for ray in (False, True)}
 
 __all__ = [
+    "CHILD_KINDS",
     "CHILD_RESOURCES",
     "GROUP",
     "KAIWOJOB",
     "KAIWOSERVICE",
+    "MAIN",
     "MAIN_KINDS",
-    "MAPPED",
     "OWNS",
     "OWNS_ANY",
     "OWN_RESOURCES",
     "TERMINATION_KINDS",
     "WORKLOAD_KINDS",
-    "Build",
     "ChildSpec",
     "Condition",
+    "Paths",
     "WorkloadKind",
     "child_resources",
     "child_spec_for",
+    "workload_kinds",
 ]

@@ -12,103 +12,100 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from kaiwo_ctrl.runtime.api.client import Resource
 from kaiwo_ctrl.runtime.control.handler import Request
 
-from ..gpu import GpuPlan
-from ..kaiwoobject import KaiwoObject
-from ..naming import name_with_suffix
-from ..observed import ObservedChildren
-from ..storage import StoragePlan
-from ..validation import gpu_plan
-from ..world import World
+from ..base.kaiwoobject import KaiwoObject
+from ..base.naming import name_with_suffix
+from ..base.observed import MAIN, ObservedChildren
+from ..builders.plan import WorkloadPlan
 
 GROUP = "kaiwo.silogen.ai"
 
 #: How a child's events reach its workload (``ChildSpec.watch``).
 OWNS = "owns"  # controller owner reference; status, generation or deletion changes
 OWNS_ANY = "owns-any"  # controller owner reference; every event, its creation included
-MAPPED = "mapped"  # ``ChildSpec.map``: no owner reference of ours
 
 #: A condition a child contributes to the workload's status: (type, status, reason, message).
 Condition = tuple[str, str, str, str]
 MapFn = Callable[[Mapping[str, Any]], Iterable[Request]]
 
 
-@dataclass
-class Build:
-    """What every builder reads: the typed workload, the world, the storage plan
-    and (computed on first use) the GPU plan."""
+Builder = Callable[[WorkloadPlan], dict[str, Any] | None]
+StatusMapper = Callable[[ObservedChildren, str], str]
+ConditionMapper = Callable[[Mapping[str, Any] | None], Condition | None]
 
-    o: KaiwoObject
-    world: World
-    storage: StoragePlan
-
-    @cached_property
-    def gpu(self) -> GpuPlan:
-        return gpu_plan(self.o, self.world)
-
-    @classmethod
-    def of(cls, o: KaiwoObject, world: World) -> Build:
-        return cls(o, world, StoragePlan.of(o, world))
+#: A Job's pod template and selector cannot change once it exists.
+JOB_IMMUTABLE = ("spec.template", "spec.selector", "spec.completionMode", "spec.completions")
+#: Kueue unsuspends admitted workloads: ``spec.suspend`` is theirs once the object exists.
+SUSPEND = ("spec.suspend",)
 
 
-def main_object(
-    build: Callable[[KaiwoObject, World, GpuPlan, StoragePlan], dict[str, Any]],
-) -> Callable[[Build], dict[str, Any]]:
-    """A ``ChildSpec`` builder from a main-object builder, which takes the
-    object, the world, the GPU plan and the storage plan."""
+@dataclass(frozen=True)
+class Paths:
+    """What the apply must not send for a child that exists.
 
-    def fn(b: Build) -> dict[str, Any]:
-        return build(b.o, b.world, b.gpu, b.storage)
+    * ``immutable``: paths that cannot change on the existing object (reported
+      as ``SpecChangeNotApplied``, never sent); ``growable``: the subset where
+      a larger quantity can be applied (volume expansion);
+    * ``foreign``: fields other controllers own once it exists (never sent).
+    """
 
-    fn.__name__ = build.__name__
-    return fn
+    immutable: tuple[str, ...] = ()
+    growable: tuple[str, ...] = ()
+    foreign: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """One child a workload may have.
+    """One child a workload may have: its table entry (``kinds/<kind>/``).
 
-    * ``kind``/``resource``: what it is and where it lives.
-    * ``slot``: its key in :class:`~..observed.ObservedChildren`.
-    * ``suffix``: its name is ``<workload>-<suffix>`` (``None``: the workload's own name).
-    * ``build``: its desired form, ``None`` when this workload does not need
-      it; no builder means another controller makes it and we only read it.
+    * ``resource``: what it is and where it lives (its ``kind`` too).
+    * ``build``: its desired form from the reconcile's plan, ``None`` when this
+      workload does not need it; no builder means another controller makes it
+      and we only read it.
     * ``status``: for the main child, the workload status from the observed
       children and the previous status.
     * ``condition``: a condition it adds to the workload's status (or ``None``).
-    * ``immutable``: paths that cannot change on the existing object (reported
-      as ``SpecChangeNotApplied``, never sent); ``growable``: the subset where
-      a larger quantity can be applied (volume expansion).
-    * ``foreign``: fields other controllers own once it exists (never sent).
+    * ``suffix``: its name is ``<workload>-<suffix>`` (``None``: the workload's own name).
+    * ``paths``: what the apply leaves alone on an existing object (:class:`Paths`).
     * ``ray``: only for Ray (True) or non-Ray (False) workloads; ``None``: both.
     * ``main``: the underlying workload object (built only after the downloads
       succeeded); ``terminate``: early termination deletes it.
-    * ``watch``: :data:`OWNS`, :data:`OWNS_ANY`, :data:`MAPPED` (with ``map``)
-      or ``None`` (never watched); ``adopted``: map function for a managed
-      child no workload controls (it still follows the workload of its name).
+    * ``watch``: :data:`OWNS`, :data:`OWNS_ANY`, a map function (events of an
+      object with no owner reference of ours -> its workload) or ``None``
+      (never watched); ``adopted``: map function for a managed child no
+      workload controls (it still follows the workload of its name).
+    * ``slot`` (derived): where :class:`~kaiwo_ctrl.workloads.base.observed.ObservedChildren` holds
+      it; readers name it through the entry (``DOWNLOAD_JOB.slot``), never
+      as a string. :data:`MAIN` for the main child, else ``key`` when given,
+      else ``<kind>`` or ``<kind>-<suffix>``.
     """
 
-    kind: str
     resource: Resource
-    slot: str
+    build: Builder | None = None
+    status: StatusMapper | None = None
+    condition: ConditionMapper | None = None
     suffix: str | None = None
-    build: Callable[[Build], dict[str, Any] | None] | None = None
-    status: Callable[[ObservedChildren, str], str] | None = None
-    condition: Callable[[Mapping[str, Any] | None], Condition | None] | None = None
-    immutable: tuple[str, ...] = ()
-    growable: tuple[str, ...] = ()
-    foreign: tuple[str, ...] = ()
+    paths: Paths = Paths()
     ray: bool | None = None
     main: bool = False
     terminate: bool = False
-    watch: str | None = OWNS
-    map: MapFn | None = None
+    watch: str | MapFn | None = OWNS
     adopted: MapFn | None = None
+    key: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def slot(self) -> str:
+        if self.main:
+            return MAIN
+        return self.key or (self.kind if self.suffix is None else f"{self.kind}-{self.suffix}")
 
     def name(self, workload: str) -> str:
         return workload if self.suffix is None else name_with_suffix(workload, self.suffix)

@@ -1,0 +1,30 @@
+"""Status mapper: a RayJob onto the Kaiwo status values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...base.childstatus import COMPLETE, FAILED, NEW, RUNNING, STARTING, TERMINATED, UnknownChildStatus
+from ...base.observed import ObservedChildren
+
+_RAYJOB = {"": STARTING, "PENDING": STARTING, "RUNNING": RUNNING, "FAILED": FAILED, "SUCCEEDED": COMPLETE, "STOPPED": TERMINATED}
+
+
+def ray_job_status(ray_job: Mapping | None) -> str:
+    """A RayJob by ``jobStatus``: none/PENDING STARTING, RUNNING, FAILED,
+    SUCCEEDED COMPLETE, STOPPED TERMINATED. Beyond the reference: ``jobDeploymentStatus: Failed`` (the Ray
+    cluster never came up, or a deadline passed before the job was submitted)
+    is FAILED; the reference stayed STARTING forever in that case."""
+    if ray_job is None:
+        return NEW
+    status = ray_job.get("status") or {}
+    if status.get("jobDeploymentStatus") == "Failed" and status.get("jobStatus", "") in ("", "PENDING"):
+        return FAILED
+    value = status.get("jobStatus") or ""
+    if value not in _RAYJOB:
+        raise UnknownChildStatus(f"RayJob {ray_job.get('metadata', {}).get('name')}: unknown jobStatus {value!r}")
+    return _RAYJOB[value]
+
+
+def status(children: ObservedChildren, previous: str) -> str:
+    return ray_job_status(children.main)

@@ -30,7 +30,15 @@ Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
 engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
 started after ``--warmup`` s in a ``--duration`` s run.
 
-    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192]
+``--instrument`` adds a line per run on stderr: each engine's mean batch and
+waiting queue (and how often it had one), the mean spread of the engines'
+batches, where the requests beyond the engines' first-token p99 spent their
+time (admission queue or prefill), and PrefixHash's home/spill/fallback
+shares; ``--trace-dir`` keeps the raw samples. ``--tune`` adds engine-aware
+PrefixHash rows with scorer constants changed (``kaiwo_ctrl.serving.proxy.score``),
+to compare weights side by side in one run.
+
+    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192] [--replicas 1,2] [--instrument]
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import argparse
 import asyncio
 import math
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -68,8 +77,14 @@ async def _engines_main(n: int) -> None:
     await asyncio.Event().wait()
 
 
-async def _proxy_main(port: int, strategy: str, scrape: float, n: int) -> None:
+async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: list[str]) -> None:
     from prometheus_client import CollectorRegistry
+
+    from kaiwo_ctrl.serving.proxy import score
+
+    for kv in tune:  # --tune: a scorer constant set for this run (exploring weights side by side)
+        k, _, v = kv.partition("=")
+        setattr(score, k, type(getattr(score, k))(float(v)))
 
     from kaiwo_ctrl.kinds import MODELS
     from kaiwo_ctrl.runtime.cache.informer import Informer
@@ -95,7 +110,16 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int) -> None:
     task = asyncio.create_task(server.run())
     await server.started.wait()
     print("ready", flush=True)
-    await task
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    # instrumentation: how PrefixHash chose (home, spill past the home, fallback: nothing under the bound)
+    counts = {s.labels["outcome"]: s.value for m in registry.collect() if m.name == "kaiwo_proxy_prefixhash_choices"
+              for s in m.samples if s.name.endswith("_total")}
+    print("choices " + orjson.dumps(counts).decode(), flush=True)
     del background
 
 
@@ -229,6 +253,72 @@ async def _reset(n: int) -> None:
     await pool.close()
 
 
+async def _sample_engines(n: int, until: float, every: float) -> list[list[tuple[float, float, float]]]:
+    """(running, waiting, KV use) per engine, every ``every`` s until ``until`` (instrumentation)."""
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+    from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
+
+    pool = Pool()
+    out: list[list[tuple[float, float, float]]] = []
+    while time.perf_counter() < until:
+        row = []
+        for host in HOSTS[:n]:
+            async with await pool.request("GET", f"{host}:{ENGINE_PORT}", "/metrics") as r:
+                s = parse_engine_metrics(await r.read())
+            row.append((s.running, s.waiting, s.kv) if s else (0.0, 0.0, 0.0))
+        out.append(row)
+        await asyncio.sleep(every)
+    await pool.close()
+    return out
+
+
+async def _traces(n: int, since: float = 0.0) -> tuple[float, list[tuple[float, float, int, int]]]:
+    """The engines' clock, and per request that arrived at or after ``since`` on it: (queue s, first token s, prompt, hit tokens)."""
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+
+    pool = Pool()
+    out: list = []
+    now = 0.0
+    for host in HOSTS[:n]:
+        async with await pool.request("GET", f"{host}:{ENGINE_PORT}", "/trace") as r:
+            got = orjson.loads(await r.read())
+        now = got["now"]
+        out += [t[1:] for t in got["trace"] if t[0] >= since]
+    await pool.close()
+    return now, out
+
+
+def _instrument(samples: list[list[tuple[float, float, float]]], trace: list, choices: list[dict]) -> str:
+    """One line: per-engine queue depth, batch spread, where the slowest first tokens lost their time, choices."""
+    parts = []
+    if samples:
+        n = len(samples[0])
+        per = []
+        for i in range(n):
+            run = [row[i][0] for row in samples]
+            wait = [row[i][1] for row in samples]
+            kv = [row[i][2] for row in samples]
+            per.append(f"e{i}: run {sum(run) / len(run):.0f} wait {sum(wait) / len(wait):.1f} (>0 {sum(w > 0 for w in wait) / len(wait):.0%},"
+                       f" max {max(wait):.0f}) kv {sum(kv) / len(kv):.2f}")
+        spread = sum(max(r[0] + r[1] for r in row) - min(r[0] + r[1] for r in row) for row in samples) / len(samples)
+        parts.append("; ".join(per) + f"; mean spread (run+wait) {spread:.1f}")
+    if trace:
+        ft99 = pct([t[1] for t in trace], 99)
+        slow = [t for t in trace if t[1] >= ft99]
+        q = sum(t[0] for t in slow) / len(slow)
+        hit = sum(t[3] for t in slow) / max(1, sum(t[2] for t in slow))
+        parts.append(f"at the engines: first token p99 {ft99:.2f}s, queue p99 {pct([t[0] for t in trace], 99):.2f}s; "
+                     f"the requests beyond p99: queue {q:.2f}s, prefill {sum(t[1] - t[0] for t in slow) / len(slow):.2f}s, "
+                     f"prompt {sum(t[2] for t in slow) / len(slow):.0f} tokens, hit {hit:.0%}")
+    total: dict[str, float] = {}
+    for c in choices:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    if sum(total.values()):
+        parts.append("choices " + ", ".join(f"{k} {v / sum(total.values()):.0%}" for k, v in sorted(total.items())))
+    return " | ".join(parts)
+
+
 def pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -236,7 +326,8 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(math.ceil(p / 100 * len(s))) - 1)]
 
 
-async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scrape: float, replicas: int, users: int) -> dict:
+async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scrape: float, replicas: int, users: int,
+                  tune: str = "") -> dict:
     await _reset(args.engines)
     procs = []
     if strategy is None:
@@ -246,7 +337,8 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
         for i in range(replicas):
             port = PROXY_PORT + i
             procs.append(_spawn("proxy", f"--port={port}", f"--strategy={strategy}",
-                                f"--scrape-interval={scrape and args.scrape_interval}", f"--engines={args.engines}"))
+                                f"--scrape-interval={scrape and args.scrape_interval}", f"--engines={args.engines}",
+                                *(f"--set={kv}" for kv in tune.split(",") if kv)))
             targets.append((f"127.0.0.1:{port}", "/openai/v1/chat/completions"))
         await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
     try:
@@ -254,13 +346,24 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
                                                   args.think))
         await asyncio.sleep(args.warmup)
         q1, h1, _ = await _engine_counters(args.engines)
+        mark, _ = await _traces(args.engines)  # requests that arrived during the warm-up are left out
+        sampler = asyncio.create_task(_sample_engines(args.engines, time.perf_counter() + args.duration - args.warmup, 0.25))
         stats = await stats_task
+        samples = await sampler
     finally:
+        choices = []
         for p in procs:
             p.terminate()
-            p.wait()
+            out, _ = p.communicate()
+            choices += [orjson.loads(line[8:]) for line in out.splitlines() if line.startswith("choices ")]
     q3, h3, _ = await _engine_counters(args.engines)
     hit = (h3 - h1) / (q3 - q1) if q3 > q1 else float("nan")
+    if args.instrument:
+        _, trace = await _traces(args.engines, mark)
+        print(f"#   {name} x{replicas}: " + _instrument(samples, trace, choices), file=sys.stderr, flush=True)
+        if args.trace_dir:
+            Path(args.trace_dir, f"{users}-{replicas}-{name}.json").write_bytes(orjson.dumps(
+                {"samples": samples, "trace": trace, "choices": choices, "ttft": stats.ttft}))
     return {"name": name, "replicas": replicas, "users": users, "n": len(stats.ttft), "p50": pct(stats.ttft, 50),
             "p99": pct(stats.ttft, 99), "tps": stats.tokens / stats.window, "hit": hit, "errors": stats.errors}  # type: ignore[attr-defined]
 
@@ -280,18 +383,18 @@ async def main(args: argparse.Namespace) -> None:
     try:
         for users in args.levels:
             level: list[dict] = []
-            for replicas in (1, 2):
-                for name, strategy, scrape in STRATEGIES:
-                    if args.strategies and name not in args.strategies:
+            for replicas in args.replicas:
+                for name, strategy, scrape, tune in [(*s, "") for s in STRATEGIES] + args.tune:
+                    if args.strategies and name not in args.strategies and not tune:
                         continue
-                    if strategy is None and replicas == 2:
-                        level.append({**next(r for r in level if r["name"] == "random"), "replicas": 2})
+                    if strategy is None and any(r["name"] == "random" for r in level):
+                        level.append({**next(r for r in level if r["name"] == "random"), "replicas": replicas})
                         continue
-                    level.append(await one_run(args, name, strategy, scrape, replicas, users))
+                    level.append(await one_run(args, name, strategy, scrape, replicas, users, tune))
                     print(f"# {users} users, {replicas} proxies, {name}: done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
             rows += level
             _print(level)
-            for replicas in (1, 2):
+            for replicas in args.replicas:
                 top = [r for r in level if r["replicas"] == replicas]
                 best = min(top, key=lambda r: r["p99"])
                 print(f"# {users} users, {replicas} proxies: lowest TTFT p99 -> {best['name']} ({best['p99']:.3f} s)", flush=True)
@@ -316,6 +419,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
     p.add_argument("--strategies", type=lambda x: x.split(","), default=[], help="only these (comma-separated names)")
+    p.add_argument("--instrument", action="store_true", help="per run on stderr: engine queue depth, batch spread, "
+                   "where the slowest first tokens waited, PrefixHash choices")
+    p.add_argument("--trace-dir", default="", help="with --instrument: write each run's samples and traces there (JSON)")
+    p.add_argument("--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2], help="proxy replica counts")
+    p.add_argument("--tune", type=lambda s: [(f"PH+engine[{v.partition(':')[0]}]", "PrefixHash", 1.0, v.partition(":")[2])
+                                             for v in s.split(";")], default=[],
+                   help="extra engine-aware PrefixHash rows with scorer constants set: 'NAME:HOME_SLACK=2,W_KV=8;NAME2:...'")
+    p.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
     args = p.parse_args(argv)
     if args.quick:
@@ -328,6 +439,6 @@ if __name__ == "__main__":
     if a.role == "engines":
         asyncio.run(_engines_main(a.engines))
     elif a.role == "proxy":
-        asyncio.run(_proxy_main(a.port, a.strategy, a.scrape_interval, a.engines))
+        asyncio.run(_proxy_main(a.port, a.strategy, a.scrape_interval, a.engines, a.set))
     else:
         asyncio.run(main(a))

@@ -91,6 +91,9 @@ class Seq:
     to_prefill: int = 0
     generated: int = 0
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrived: float = 0.0  # loop time it was queued
+    admitted: float = 0.0  # loop time it was admitted (its wait for a slot and KV blocks ends)
+    hit_tokens: int = 0
 
 
 class Engine:
@@ -102,6 +105,7 @@ class Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.queries = self.hits = 0
+        self.trace: list[tuple[float, float, float, int, int]] = []  # per request: (arrived, queue s, first token s, prompt, hit tokens)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -111,6 +115,7 @@ class Engine:
     def reset(self) -> None:
         self.cache.clear()
         self.queries = self.hits = 0
+        self.trace.clear()
 
     def block_hashes(self, text: str) -> list[int]:
         size = self.p.block_tokens * self.p.chars_per_token
@@ -122,6 +127,7 @@ class Engine:
 
     async def generate(self, text: str, max_tokens: int, seed: int) -> Seq:
         s = Seq(text, math.ceil(len(text) / self.p.chars_per_token), max(1, max_tokens), seed)
+        s.arrived = asyncio.get_running_loop().time()
         self.waiting.append(s)
         self._wake.set()
         return s
@@ -144,6 +150,7 @@ class Engine:
             self.queries += s.prompt_tokens
             self.hits += hit_tokens
             s.to_prefill = s.prompt_tokens - hit_tokens
+            s.hit_tokens, s.admitted = hit_tokens, asyncio.get_running_loop().time()
             s.blocks_held = need
             self.held += need
             self._evict()
@@ -187,6 +194,9 @@ class Engine:
         done = []
         for s in stepped:
             s.generated += 1
+            if s.generated == 1 and len(self.trace) < 200_000:
+                now = asyncio.get_running_loop().time()
+                self.trace.append((s.arrived, s.admitted - s.arrived, now - s.arrived, s.prompt_tokens, s.hit_tokens))
             if s.generated >= s.max_tokens:
                 done.append(s)
             elif s.generated == 1 or s.generated % self.p.stream_every == 0:
@@ -227,6 +237,9 @@ def _handler(eng: Engine, Request, Response):  # the runtime's classes, imported
     async def handle(request):
         if request.path == "/metrics":
             return Response(200, text_type, eng.metrics())
+        if request.path == "/trace":  # the bench's instrumentation: per-request queue and first-token times, and the clock
+            return Response(200, [(b"Content-Type", b"application/json")],
+                            orjson.dumps({"now": asyncio.get_running_loop().time(), "trace": eng.trace}))
         if request.path == "/reset":
             eng.reset()
             return Response(200, text_type, b"ok")

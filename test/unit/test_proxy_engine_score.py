@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, least_load
+from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
-from kaiwo_ctrl.serving.proxy.endpoints import Group
-from kaiwo_ctrl.serving.proxy.score import W_AFFINITY, W_KV, W_RUNNING, W_WAITING, EngineSample, endpoint_load
+from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
+from kaiwo_ctrl.serving.proxy.score import (
+    HOME_SLACK, NEW_SLACK, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_RUNNING, W_WAITING, EngineSample, endpoint_load, home_acceptable,
+)
 
 NOW = 100.0
 
 
 def ep(name: str, *, in_flight: int = 0, sample: EngineSample | None = None, until: float = NOW + 3, base: int | None = None,
-       adapters: frozenset[str] = frozenset()) -> Endpoint:
-    e = Endpoint(f"ns/{name}", f"10.0.0.1:{8000 + len(name)}", adapters, in_flight)
+       adapters: frozenset[str] = frozenset(), pending: int = 0) -> Endpoint:
+    e = Endpoint(f"ns/{name}", f"10.0.0.1:{8000 + len(name)}", adapters, in_flight, pending=pending)
     e.engine, e.engine_until, e.in_flight_base = sample, until, in_flight if base is None else base
     return e
 
@@ -35,6 +38,10 @@ S = EngineSample
     (ep("a", in_flight=4, sample=S(running=1), base=1), "", 4.0),
     # ... or 2 of its requests (counted by the engine) finished since
     (ep("a", in_flight=1, sample=S(running=5), base=3), "", 3.0),
+    # of those 3, 2 have no first token yet (queued or in prefill at the engine): W_PENDING each on top
+    (ep("a", in_flight=4, sample=S(running=1), base=1, pending=2), "", 4.0 + 2 * W_PENDING),
+    # without a fresh report pending requests are just in flight (KubeAI's measure)
+    (ep("a", in_flight=4, pending=2), "", 4.0),
     # never below zero
     (ep("a", in_flight=0, sample=S(running=1), base=4), "", 0.0),
     # adapter already running on the engine: the affinity bonus; another adapter: none
@@ -83,7 +90,6 @@ def test_prefix_hash_bound_uses_engine_load():
     home = g.choose_prefix("tenant-1", 64, 125, "", frozenset()).endpoint
     assert home is not None
     # another replica's traffic has queued requests at the home engine: nothing in flight here
-    import time
 
     for e in g.endpoints.values():
         e.engine, e.engine_until = S(running=1), time.monotonic() + 60
@@ -168,34 +174,128 @@ def _group(n: int) -> Group:
 
 
 def _report(g: Group, **samples: EngineSample) -> None:
-    import time
 
     for e in g.endpoints.values():
         e.engine, e.engine_until = samples.get(e.key.split("/")[1], S(running=4)), time.monotonic() + 60
 
 
-def test_prefix_hash_passes_over_a_queued_home_even_under_the_bound():
+def _home_and_next(g: Group, key: str) -> tuple[Endpoint, Endpoint]:
+    """The key's home and the endpoint KubeAI would spill to (the next on its ring walk)."""
+    home = g.choose_prefix(key, 64, 125, "", frozenset()).endpoint
+    nxt = g.choose_prefix(key, 64, 125, "", frozenset({home.key})).endpoint
+    return home, nxt
+
+
+# (home, next on the ring, the third endpoint) engine states, whether the key's last request went to its
+# home (its prefix is cached there) -> who takes the request
+@pytest.mark.parametrize("home_s, next_s, other_s, cached, chosen", [
+    # all equal: the home, for its prefix cache
+    (S(running=40, kv=0.9), S(running=40, kv=0.9), S(running=40, kv=0.9), True, "home"),
+    (S(running=40, kv=0.9), S(running=40, kv=0.9), S(running=40, kv=0.9), False, "home"),
+    # the home is up to HOME_SLACK above the least loaded: still the home, when its cache holds the prefix
+    (S(running=40 + HOME_SLACK), S(running=40), S(running=41), True, "home"),
+    # a new key is cached nowhere: only NEW_SLACK of preference for the ring's home
+    (S(running=40 + HOME_SLACK), S(running=40), S(running=41), False, "next"),
+    (S(running=40 + NEW_SLACK), S(running=40), S(running=41), False, "home"),
+    # one request more than the slack: the least loaded -- not the next ring position, which is busier
+    (S(running=41 + HOME_SLACK), S(running=44), S(running=40), True, "other"),
+    # a waiting request weighs W_WAITING: a home with two waiting is over the slack
+    (S(running=38, waiting=2), S(running=40), S(running=40), True, "next"),
+    # ... and one waiting alone is not (the cached prefix saves its prefill)
+    (S(running=40, waiting=1), S(running=40), S(running=40), True, "home"),
+    # KubeAI's 125 % bound would keep this home (45 <= 1.25 * mean); the engine-aware slack does not
+    (S(running=45), S(running=36), S(running=38), True, "next"),
+    # the least loaded by the engines' figures, even where the home is below the mean
+    (S(running=10, waiting=3), S(running=30), S(running=2), True, "other"),
+])
+def test_prefix_hash_home_or_least_loaded_table(home_s, next_s, other_s, cached, chosen):
     g = _group(3)
-    home = g.choose_prefix("tenant-2", 64, 125, "", frozenset()).endpoint
-    # the home runs fewer than the others but has a queue: it admits nothing new now
-    _report(g, **{home.key.split("/")[1]: S(running=1, waiting=1)})
-    assert endpoint_load(home, NOW) <= 13 / 3 * 1.25  # within the load bound by itself
+    home, nxt = _home_and_next(g, "tenant-2")
+    other = next(e for e in g.endpoints.values() if e is not home and e is not nxt)
+    if cached:
+        g._remember(hash64("tenant-2"), home.key)
+    _report(g, **{home.key[3:]: home_s, nxt.key[3:]: next_s, other.key[3:]: other_s})
     c = g.choose_prefix("tenant-2", 64, 125, "", frozenset())
-    assert c.endpoint is not home and not c.fallback and c.initial is home
+    assert c.endpoint is {"home": home, "next": nxt, "other": other}[chosen]
+    assert c.initial is home and not c.fallback
+    assert g.recent[hash64("tenant-2")] == c.endpoint.key, "the next request of the key follows its cache"
 
 
-def test_prefix_hash_takes_the_least_loaded_when_every_engine_is_queued():
+def test_prefix_hash_follows_the_key_to_where_it_went_last():
     g = _group(3)
-    home = g.choose_prefix("tenant-3", 64, 125, "", frozenset()).endpoint
-    names = [k.split("/")[1] for k in g.endpoints]
-    least = next(n for n in names if n != home.key.split("/")[1])
-    _report(g, **{n: S(running=8, waiting=9) for n in names} | {least: S(running=8, waiting=2)})
-    c = g.choose_prefix("tenant-3", 64, 125, "", frozenset())
-    assert c.fallback and c.endpoint.key == f"ns/{least}"
-    # without reports the fallback is KubeAI's: the key's home
+    home, nxt = _home_and_next(g, "tenant-6")
+    third = next(k[3:] for k in g.endpoints if k not in (home.key, nxt.key))
+    _report(g, **{home.key[3:]: S(running=20), nxt.key[3:]: S(running=4), third: S(running=10)})
+    first = g.choose_prefix("tenant-6", 64, 125, "", frozenset())
+    assert first.endpoint is nxt  # the home is too busy for a new key
+    # the home has room again, but the key's prefix is cached where it went: it stays there within HOME_SLACK
+    _report(g, **{k[3:]: S(running=10) for k in g.endpoints} | {nxt.key[3:]: S(running=10 + HOME_SLACK)})
+    c = g.choose_prefix("tenant-6", 64, 125, "", frozenset())
+    assert c.endpoint is nxt and c.initial is nxt
+    # that endpoint went away: the ring's home again
+    g.remove(nxt.key)
+    assert g.choose_prefix("tenant-6", 64, 125, "", frozenset()).endpoint is home
+
+
+def test_prefix_hash_key_memory_is_bounded():
+    g = _group(2)
+    _report(g)
+    for i in range(RECENT_KEYS + 50):
+        g.choose_prefix(f"k{i}", 64, 125, "", frozenset())
+    assert len(g.recent) == RECENT_KEYS and hash64("k0") not in g.recent and hash64(f"k{RECENT_KEYS + 49}") in g.recent
+
+
+@pytest.mark.parametrize("home, least, cached, ok", [
+    (10.0, 10.0, True, True), (10.0, 10.0, False, True),
+    (10.0 + HOME_SLACK, 10.0, True, True), (10.0 + HOME_SLACK + 0.01, 10.0, True, False),
+    (10.0 + NEW_SLACK, 10.0, False, True), (10.0 + NEW_SLACK + 0.01, 10.0, False, False),
+    (0.0, 0.0, True, True),
+])
+def test_home_acceptable_table(home, least, cached, ok):
+    assert home_acceptable(home, least, cached) is ok
+    assert NEW_SLACK < HOME_SLACK, "a cached prefix is worth more queue than a new one"
+
+
+def test_prefix_hash_counts_what_this_replica_sent_since_the_scrape():
+    g = _group(3)
+    home, _ = _home_and_next(g, "tenant-4")
+    _report(g)  # every engine reported 4 running
+    g._remember(hash64("tenant-4"), home.key)
+    sent = []
+    for _ in range(12):  # a burst between two scrapes, no first token back yet
+        sent.append(g.acquire(g.choose_prefix("tenant-4", 64, 125, "", frozenset()).endpoint))
+    each = W_LOCAL + W_PENDING
+    first = int(HOME_SLACK // each) + 1  # the home takes what its slack allows, then the least loaded do
+    assert sent[:first] == [home] * first and sent[first] is not home
+    loads = [endpoint_load(e, time.monotonic()) for e in g.endpoints.values()]
+    assert max(loads) - min(loads) <= HOME_SLACK + each
+    # first tokens came back for everything sent: each counts as one running request again
+    for e in sent:
+        g.answered(e)
+    assert [endpoint_load(e, time.monotonic()) for e in g.endpoints.values()] == [4 + W_LOCAL * e.in_flight for e in g.endpoints.values()]
+
+
+def test_prefix_hash_skips_tried_and_incapable_endpoints():
+    g = Group()
+    for i in range(3):
+        g.upsert(Endpoint(f"ns/p{i}", f"10.0.0.{i}:8000", frozenset({"l"}) if i else frozenset()))
+    _report(g, p0=S(), p1=S(running=20), p2=S(running=20))
+    c = g.choose_prefix("tenant-5", 64, 125, "l", frozenset())
+    assert c.endpoint.key != "ns/p0"  # idle, but it does not serve the adapter
+    tried = c.endpoint.key
+    c = g.choose_prefix("tenant-5", 64, 125, "l", frozenset({tried}))
+    assert c.endpoint.key not in (tried, "ns/p0")
+
+
+def test_prefix_hash_without_reports_is_kubeai():
+    g = _group(3)
+    home, nxt = _home_and_next(g, "tenant-3")
     for e in g.endpoints.values():
-        e.engine = None
         for _ in range(30 if e is home else 10):
             g.acquire(e)
+    # stale reports are ignored: over the 125 % bound, the home spills to the next ring position, as KubeAI's
+    _report(g, **{home.key[3:]: S()})
+    for e in g.endpoints.values():
+        e.engine_until = 0.0
     c = g.choose_prefix("tenant-3", 64, 125, "", frozenset())
-    assert c.endpoint is not home  # over the bound: spills to the next under it
+    assert c.endpoint is nxt and c.initial is home

@@ -13,15 +13,14 @@ endpoints of the Model -- and falls back to the first adapter-capable endpoint
 it met when none is.
 
 "Load" is :func:`.score.endpoint_load`: what the engine reports where it does
-(queue, batch, KV-cache use), else KubeAI's measure, the requests in flight
-through this proxy replica. With no engine reports both strategies are
-KubeAI's, choice for choice. Where engines report, PrefixHash also passes over
-an engine with a waiting queue (:func:`.score.queued`: it admits nothing new
-now, so a request there waits for a running one to finish, while elsewhere it
-only pays the prefill of its uncached prompt -- the queue filter the Gateway
-API Inference Extension's scheduler applies before prefix affinity), and when
-no endpoint is acceptable it takes the least loaded one rather than the key's
-home (under saturation the home's queue is the longest wait).
+(queue, batch, KV-cache use, and this replica's requests since the report and
+those still without a first token), else KubeAI's measure, the requests in
+flight through this proxy replica. With no engine reports both strategies are
+KubeAI's, choice for choice. Where engines report, PrefixHash's bound is the
+engine-aware one of :func:`.score.home_acceptable` (``Group.choose_prefix``):
+the key's home takes the request while it is within a small slack of the least
+loaded endpoint, else the least loaded one does -- not the next ring position,
+which holds no more of the prefix than any other endpoint.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ class Endpoint:
     engine: EngineSample | None = None  # the engine's last report (see .scrape)
     engine_until: float = 0.0  # monotonic time the report goes stale
     in_flight_base: int = 0  # ``in_flight`` when the last report's scrape began
+    pending: int = 0  # of ``in_flight``, those with no answer byte back yet (queued or in prefill at the engine)
 
     def serves(self, adapter: str) -> bool:
         return not adapter or adapter in self.adapters

@@ -7,9 +7,13 @@ labels (presence only). Every Pod event updates just that Pod's endpoint; a
 deleted Pod's endpoint goes at once (KubeAI ignores the delete event and
 relies on the readiness change before it).
 
-In-flight counts live on the endpoint, and so does the engine's last report
-(written by :mod:`.scrape`); choices score both through
-:func:`.score.endpoint_load`. An endpoint that goes away keeps its
+In-flight counts live on the endpoint (with those still waiting for their
+first answer byte), and so does the engine's last report (written by
+:mod:`.scrape`); choices score both through :func:`.score.endpoint_load`.
+Where engines report, PrefixHash also remembers, per Model, the endpoint each
+of the last ``RECENT_KEYS`` prefix keys went to (LRU; a key is a hash, an
+endpoint that left is forgotten at use), so a conversation's next turn goes
+where its prefix is cached. An endpoint that goes away keeps its
 count until its requests finish, but no longer counts toward the group total
 that PrefixHash's load bound uses.
 
@@ -22,14 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.cache.cache import Cache
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.api.resources import PODS
-from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, least_load
-from kaiwo_ctrl.serving.proxy.score import endpoint_load, fresh, queued
+from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, hash64, least_load
+from kaiwo_ctrl.serving.proxy.score import endpoint_load, fresh, home_acceptable
 
 POD_SELECTOR = "app=model"
 MODEL_LABEL = "model"
@@ -37,6 +42,7 @@ PORT_ANNOTATION = "model-pod-port"
 ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
 
 GroupKey = tuple[str, str]  # (namespace, model name)
+RECENT_KEYS = 4096  # per Model: PrefixHash keys whose last endpoint is remembered (engine-aware choice only)
 
 
 def model_pod_informer(cache: Cache) -> Informer:
@@ -78,6 +84,8 @@ class Group:
         self.endpoints: dict[str, Endpoint] = {}
         self.total = 0  # in flight on current endpoints
         self.ring: Ring | None = None
+        #: PrefixHash key hash -> the endpoint its last request from here went to (LRU, RECENT_KEYS at most)
+        self.recent: OrderedDict[int, str] = OrderedDict()
         self._changed = asyncio.Event()
 
     def upsert(self, ep: Endpoint) -> None:
@@ -116,8 +124,13 @@ class Group:
 
     def acquire(self, ep: Endpoint) -> Endpoint:
         ep.in_flight += 1
+        ep.pending += 1
         self.total += 1
         return ep
+
+    def answered(self, ep: Endpoint) -> None:
+        """The answer to one request sent to ``ep`` began (or its attempt ended without one)."""
+        ep.pending -= 1
 
     def release(self, ep: Endpoint) -> None:
         ep.in_flight -= 1
@@ -134,14 +147,25 @@ class Group:
         if not any(fresh(ep, now) for ep in eps.values()):  # no engine reports: KubeAI's choice
             return self.ring.choose(key, eps, self.total, mean_load_factor, adapter, skip)
 
-        def load(ep: Endpoint) -> float:
-            return ep.in_flight if ep.engine is None else endpoint_load(ep, now)
-
-        total = sum(load(ep) for ep in eps.values())
-        c = self.ring.choose(key, eps, total, mean_load_factor, adapter, skip, load, lambda ep: not queued(ep, now))
-        if c.fallback:  # nothing acceptable: the least loaded, not the home's queue
-            c.endpoint = least_load(eps.values(), adapter, skip, now) or c.endpoint
+        c = self.ring.choose(key, eps, 0, mean_load_factor, adapter, skip)  # the ring's home: first untried on the walk
+        h = hash64(key)
+        last = eps.get(self.recent.get(h, ""))
+        known = last is not None and last.serves(adapter) and last.key not in skip
+        if known:
+            c.initial = c.endpoint = last  # where this key's cache is: its last request from here went there
+        home, best = c.endpoint, least_load(eps.values(), adapter, skip, now)
+        if home is not None and best is not None and best is not home:
+            if not home_acceptable(endpoint_load(home, now, adapter), endpoint_load(best, now, adapter), known):
+                c.endpoint = best  # a spill: the least loaded, not the next ring position (no better cached there)
+        if c.endpoint is not None:
+            self._remember(h, c.endpoint.key)
         return c
+
+    def _remember(self, h: int, key: str) -> None:
+        self.recent[h] = key
+        self.recent.move_to_end(h)
+        if len(self.recent) > RECENT_KEYS:
+            self.recent.popitem(last=False)
 
     def choose_least(self, adapter: str, skip: frozenset[str]) -> Endpoint | None:
         return least_load(self.endpoints.values(), adapter, skip, time.monotonic())

@@ -17,6 +17,9 @@
   chunk as it arrives, reading paused while the client is slower. A stream
   the server breaks off is broken off for the client, and a client that goes
   away mid-answer closes the upstream connection (never reused).
+* Each attempt reports once when its answer's first body byte arrives (a
+  stream's first token) or it ends without one: routing counts the requests
+  still waiting for admission or in their prefill (``Endpoint.pending``).
 * The upstream hop is :class:`kaiwo_ctrl.runtime.net.http1.Pool` (keep-alive
   connections, httptools parser): about a third of the CPU per request of
   aiohttp's client, which dominated the proxy's cost.
@@ -49,6 +52,26 @@ PROXY_HEADER = (b"X-Proxy", b"kaiwo-ctrl")
 RawHeaders = Iterable[tuple[bytes, bytes]]
 Acquire = Callable[[frozenset[str]], Awaitable[Endpoint]]
 Release = Callable[[Endpoint], None]
+
+
+class _Answered:
+    """Tells ``on_answer`` once that the endpoint's answer began (or the attempt ended without one)."""
+
+    __slots__ = ("fn", "ep")
+
+    def __init__(self, fn: Release, ep: Endpoint) -> None:
+        self.fn = fn
+        self.ep: Endpoint | None = ep
+
+    def __call__(self) -> None:
+        ep = self.ep
+        if ep is not None:
+            self.ep = None
+            self.fn(ep)
+
+
+def _nothing(ep: Endpoint) -> None:
+    pass
 
 
 class UpstreamFailed(Exception):
@@ -115,13 +138,17 @@ async def forward(
     release: Release,
     on_retry: Callable[[str], None],
     on_sent: Callable[[], None] = lambda: None,
+    on_answer: Release = _nothing,
 ) -> Response | Streamed:
+    """``on_answer(ep)`` is called once per attempt, when its answer's first body byte arrives (a stream's first
+    token) or the attempt ends without one."""
     tried: set[str] = set()
     method = request.method
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
         ep = await acquire(frozenset(tried) if tried else frozenset())
         tried.add(ep.key)
+        answered = _Answered(on_answer, ep)
         try:
             on_sent()
             try:
@@ -146,10 +173,11 @@ async def forward(
                         on_retry("transport")
                         continue
                     return Response(up.status, response_headers(up.headers), data)
-                return await relay(request, up)
+                return await relay(request, up, answered)
             finally:
                 up.release()
         finally:
+            answered()
             release(ep)
     raise AssertionError("unreachable")
 
@@ -159,11 +187,15 @@ def _spent(body: bytes | bytearray | StreamBody) -> bool:
     return isinstance(body, StreamBody) and body.started
 
 
-async def relay(request: Request, up: Upstream) -> Streamed:
-    """Pass a body on chunk by chunk: with its Content-Length when it has one, else chunked."""
+async def relay(request: Request, up: Upstream, first: Callable[[], None] | None = None) -> Streamed:
+    """Pass a body on chunk by chunk: with its Content-Length when it has one, else chunked;
+    ``first()`` when the first chunk came."""
     out = await request.stream(up.status, response_headers(up.headers), up.content_length)
     try:
         async for chunk in up:
+            if first is not None:
+                first()
+                first = None
             await out.write(chunk)
     except OSError:
         # the server broke off mid-stream (or the client went): break the client's stream off too

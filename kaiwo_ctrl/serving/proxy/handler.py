@@ -241,6 +241,7 @@ class ProxyHandler:
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
                 request, self.pool, path, body, request_headers(request.headers), ex.acquire, ex.group.release, ex.retry, ex.sent,
+                ex.group.answered,
             )
         except UpstreamFailed as e:
             log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})

@@ -5,6 +5,7 @@ what the engine said, in units of "running requests":
 
     load = W_WAITING * waiting + W_RUNNING * running + W_KV * kv_cache_use
            + W_LOCAL * (in flight here now - in flight here when the scrape began)
+           + W_PENDING * (in flight here with no answer byte back yet)
 
 * a waiting request weighs most: it waits for a running one to finish before
   it even starts its prefill, and everything sent here queues behind it;
@@ -16,7 +17,14 @@ what the engine said, in units of "running requests":
   since the scrape began are not in them, and those of its requests that
   finished since are still in them. The difference -- this replica's in-flight
   count now less at the scrape -- is added, one running request each (it is
-  negative when more finished than were sent; the load never goes below 0).
+  negative when more finished than were sent; the load never goes below 0);
+* a request this replica sent that has no answer byte back yet (no first
+  token: it waits for admission or is in its prefill) weighs ``W_PENDING``
+  more, as much as a waiting one. This count is exact and never stale, and it
+  is what the next request's time to first token waits behind: a prefill of
+  a few thousand tokens stalls the engine's batch for a few hundred ms, a
+  decoding request adds well under a millisecond to a step. (In the serving
+  bench at saturation it cut engine-aware PrefixHash's TTFT p99 by a third.)
 
 With no fresh report (no metrics, a failed scrape, data older than the
 staleness bound) the endpoint falls back to KubeAI's measure: the requests in
@@ -27,6 +35,18 @@ Adapter affinity: an endpoint whose engine reports the requested adapter among
 its score when choosing -- less than one request, so it breaks ties and near
 ties, never outweighs a queue. Endpoints that do not carry the adapter's Pod
 label are not candidates at all (KubeAI's rule, kept).
+
+PrefixHash on engine load (:func:`home_acceptable`): the key's home -- where
+its last request from this replica went (its prefix is cached there), else
+its ring position -- takes the request while its load is at most
+``HOME_SLACK`` above the least loaded endpoint's (a cached prefix is worth
+about that much queue), or ``NEW_SLACK`` for a key this replica has not
+routed (cached nowhere, so only a tie-breaking preference for the ring, which
+keeps replicas agreeing); otherwise the least loaded endpoint takes it.
+KubeAI's ``meanLoadFactor`` bound (125 % of the mean) is far looser at
+saturation: at 40 running requests an engine, the home may hold ten more
+before anything moves, and by then its KV cache is full and requests queue
+there.
 
 A new scorer is one function of an endpoint and the time, and a unit test.
 """
@@ -40,7 +60,10 @@ W_WAITING = 4.0
 W_RUNNING = 1.0
 W_KV = 2.0
 W_LOCAL = 1.0
+W_PENDING = 4.0
 W_AFFINITY = 0.5
+HOME_SLACK = 4.0
+NEW_SLACK = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +81,7 @@ class Endpoint(Protocol):
 
     in_flight: int
     in_flight_base: int
+    pending: int
     engine: EngineSample | None
     engine_until: float
 
@@ -71,16 +95,20 @@ def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
     s = ep.engine
     if s is None or now > ep.engine_until:
         return float(ep.in_flight)
-    load = engine_load(s, ep.in_flight - ep.in_flight_base)
+    load = engine_load(s, ep.in_flight - ep.in_flight_base) + W_PENDING * ep.pending
     if adapter and adapter in s.adapters:
         load -= W_AFFINITY
     return load
 
 
-def queued(ep: Endpoint, now: float) -> bool:
-    """The engine reported requests waiting: it admits nothing new now."""
-    return ep.engine is not None and now <= ep.engine_until and ep.engine.waiting > 0
-
-
 def fresh(ep: Endpoint, now: float) -> bool:
     return ep.engine is not None and now <= ep.engine_until
+
+
+def home_acceptable(home: float, least: float, cached: bool = True) -> bool:
+    """May a PrefixHash key's home, at load ``home``, take the request when the least loaded endpoint has ``least``?
+
+    ``cached``: the home likely holds the key's prefix (its last request went there), worth ``HOME_SLACK``
+    of queue; otherwise only ``NEW_SLACK`` (a new conversation's prompt is cached nowhere).
+    """
+    return home <= least + (HOME_SLACK if cached else NEW_SLACK)

@@ -12,6 +12,7 @@ from .podtemplate import (
     check_pod_template,
     decorate_pod_template,
     default_pod_template,
+    expect_mapping,
     expect_objects,
     mapping_at,
 )
@@ -43,6 +44,19 @@ def default_ray_cluster(obj: KaiwoObject, world: World) -> dict[str, Any]:
             }
         ],
     }
+
+
+def ray_spec(obj: KaiwoObject, world: World, kind: str, cluster_key: str) -> dict[str, Any] | None:
+    """The user's ``spec.<kind>.spec`` (a copy) with its Ray cluster at ``cluster_key``
+    defaulted and checked; None when the user gave no ``spec.<kind>``."""
+    user = obj.user_spec
+    if user is None:
+        return None
+    spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), f"spec.{kind}.spec"))
+    if spec.get(cluster_key) is None:
+        spec[cluster_key] = default_ray_cluster(obj, world)
+    check_ray_cluster(spec, cluster_key, f"spec.{kind}.spec.{cluster_key}")
+    return spec
 
 
 def check_ray_cluster(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:

@@ -6,19 +6,14 @@ from typing import Any
 
 from ...base.labels import queue_labels
 from ...builders.plan import WorkloadPlan
-from ...builders.podtemplate import expect_mapping, normalize_entrypoint
-from ...builders.raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
+from ...builders.podtemplate import normalize_entrypoint
+from ...builders.raycluster import decorate_ray_cluster, default_ray_cluster, ray_spec
 
 
 def build_ray_job(p: WorkloadPlan) -> dict[str, Any]:
     obj, world, gpu, storage = p.o, p.world, p.gpu, p.storage
-    user = obj.user_spec
-    if user is not None:
-        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.rayJob.spec"))
-        if spec.get("rayClusterSpec") is None:
-            spec["rayClusterSpec"] = default_ray_cluster(obj, world)
-        check_ray_cluster(spec, "rayClusterSpec", "spec.rayJob.spec.rayClusterSpec")
-    else:
+    spec = ray_spec(obj, world, "rayJob", "rayClusterSpec")
+    if spec is None:
         spec = {"shutdownAfterJobFinishes": True, "rayClusterSpec": default_ray_cluster(obj, world)}
     # Same as the batch Job: no retries, whether backoffLimit was > 0 or unset.
     spec["backoffLimit"] = 0

@@ -5,20 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...builders.plan import WorkloadPlan
-from ...builders.podtemplate import expect_mapping
-from ...builders.raycluster import check_ray_cluster, decorate_ray_cluster, default_ray_cluster
+from ...builders.raycluster import decorate_ray_cluster, default_ray_cluster, ray_spec
 
 
 def build_ray_service(p: WorkloadPlan) -> dict[str, Any]:
     """The RayService manifest (not created directly; it goes into the AppWrapper)."""
     obj, world, gpu, storage = p.o, p.world, p.gpu, p.storage
-    user = obj.user_spec
-    if user is not None:
-        spec: dict[str, Any] = dict(expect_mapping(user.get("spec"), "spec.rayService.spec"))
-        if spec.get("rayClusterConfig") is None:
-            spec["rayClusterConfig"] = default_ray_cluster(obj, world)
-        check_ray_cluster(spec, "rayClusterConfig", "spec.rayService.spec.rayClusterConfig")
-    else:
+    spec = ray_spec(obj, world, "rayService", "rayClusterConfig")
+    if spec is None:
         spec = {"rayClusterConfig": default_ray_cluster(obj, world)}
     if obj.spec.get("serveConfigV2"):
         spec["serveConfigV2"] = obj.spec["serveConfigV2"]

@@ -245,12 +245,15 @@ class Proxy:
         return total
 
 
-async def start_proxy(control_plane, engine_interval: float = 0.2, wire=None) -> Proxy:
-    """A proxy replica in its own Manager; ``wire(mgr, server, scraper)`` adds more before it starts."""
+async def start_proxy(control_plane, engine_interval: float | None = 0.2, wire=None, **setup) -> Proxy:
+    """A proxy replica in its own Manager; ``wire(mgr, server, scraper)`` adds more before it starts.
+    ``engine_interval=None``: no engine-metrics scraper (nothing but clients reaches the upstreams);
+    ``setup``: more arguments of ``setup_proxy`` (limits, scale_from_zero)."""
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    server = setup_proxy(mgr, "127.0.0.1:0")
-    scraper = attach_scraper(server.handler.tracker, mgr.metrics.registry, ScrapeConfig(interval=engine_interval, timeout=0.5))
+    server = setup_proxy(mgr, "127.0.0.1:0", **setup)
+    scraper = None if engine_interval is None else attach_scraper(
+        server.handler.tracker, mgr.metrics.registry, ScrapeConfig(interval=engine_interval, timeout=0.5))
     if wire is not None:
         wire(mgr, server, scraper)
     stop = asyncio.Event()

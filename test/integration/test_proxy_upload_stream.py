@@ -18,14 +18,9 @@ import uuid
 import orjson
 import pytest
 
-from kaiwo_ctrl.runtime.api.client import Client
-from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
-from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
-from kaiwo_ctrl.serving.proxy.server import setup_proxy
-from proxy_support import Proxy, create_model, next_host, server_pod
+from proxy_support import Proxy, create_model, next_host, server_pod, start_proxy, stop_proxy
 from support import eventually
 from support.rawupstream import RawUpstream, Seen, json_answer
 
@@ -42,17 +37,9 @@ MODEL = {"name": ""}
 
 @pytest.fixture
 async def proxy(control_plane):
-    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
-    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    server = setup_proxy(mgr, "127.0.0.1:0", limits=LIMITS, scale_from_zero=False)
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_with_manager(mgr, server, stop))
-    await asyncio.wait_for(server.started.wait(), 60)
-    p = Proxy(mgr, server, f"http://127.0.0.1:{server.port}")
+    p = await start_proxy(control_plane, engine_interval=None, limits=LIMITS, scale_from_zero=False)
     yield p
-    await p.http.close()
-    stop.set()
-    await asyncio.wait_for(task, 60)
+    await stop_proxy(p)
 
 
 async def digest_answer(seen: Seen, w: asyncio.StreamWriter) -> None:

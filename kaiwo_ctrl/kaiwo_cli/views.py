@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.api.resources import SERVICES
-from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, AnswerTooLarge, Fetcher
+from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, AnswerTooLarge, Fetcher, split_url
 
 from .errors import FAILED, USAGE, CliError
 from .kube import explain
@@ -32,9 +32,10 @@ def endpoint_of(flag: str | None) -> str:
     if not url:
         raise CliError(f"no GPU metrics endpoint: pass --metrics-endpoint URL or set ${ENDPOINT_ENV} (the "
                        f"exporter the operator reads, its {OPERATOR_ENDPOINT_ENV})", USAGE)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CliError(f"metrics endpoint {url!r} must be an http:// or https:// URL", USAGE)
+    try:
+        split_url(url)  # the one URL check of the client that will fetch it
+    except ValueError:
+        raise CliError(f"metrics endpoint {url!r} must be an http:// or https:// URL", USAGE) from None
     return url
 
 

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from kaiwo_ctrl.runtime.net import http1
+from kaiwo_ctrl.runtime.net.http1common import first_header
 
 #: What a fetch may raise: a transport failure (an OSError) or its timeout.
 FETCH_ERRORS = (OSError, TimeoutError)
@@ -56,10 +57,7 @@ class Answer:
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower-case)."""
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
+        return first_header(self.headers, name)
 
     def text(self) -> str:
         return self.body.decode(errors="replace")

@@ -327,7 +327,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scrape: float, replicas: int, users: int,
-                  tune: str = "") -> dict:
+                  tune: str = "", seed: int = 1) -> dict:
     await _reset(args.engines)
     procs = []
     if strategy is None:
@@ -342,7 +342,7 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
             targets.append((f"127.0.0.1:{port}", "/openai/v1/chat/completions"))
         await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
     try:
-        stats_task = asyncio.create_task(run_load(targets, users, args.duration, args.warmup, args.seed, args.scale, strategy is None,
+        stats_task = asyncio.create_task(run_load(targets, users, args.duration, args.warmup, seed, args.scale, strategy is None,
                                                   args.think))
         await asyncio.sleep(args.warmup)
         q1, h1, _ = await _engine_counters(args.engines)
@@ -362,18 +362,27 @@ async def one_run(args: argparse.Namespace, name: str, strategy: str | None, scr
         _, trace = await _traces(args.engines, mark)
         print(f"#   {name} x{replicas}: " + _instrument(samples, trace, choices), file=sys.stderr, flush=True)
         if args.trace_dir:
-            Path(args.trace_dir, f"{users}-{replicas}-{name}.json").write_bytes(orjson.dumps(
+            Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+            Path(args.trace_dir, f"{users}-{replicas}-{name}-seed{seed}.json").write_bytes(orjson.dumps(
                 {"samples": samples, "trace": trace, "choices": choices, "ttft": stats.ttft}))
-    return {"name": name, "replicas": replicas, "users": users, "n": len(stats.ttft), "p50": pct(stats.ttft, 50),
-            "p99": pct(stats.ttft, 99), "tps": stats.tokens / stats.window, "hit": hit, "errors": stats.errors}  # type: ignore[attr-defined]
+    return {"name": name, "replicas": replicas, "users": users, "ttft": stats.ttft, "tps": stats.tokens / stats.window,  # type: ignore[attr-defined]
+            "hit": hit, "errors": stats.errors}
+
+
+def _pool(runs: list[dict]) -> dict:
+    """One row from a strategy's runs (one a round): TTFT percentiles over all their requests, means of the rest."""
+    ttft = [t for r in runs for t in r["ttft"]]
+    return {**runs[0], "n": len(ttft), "p50": pct(ttft, 50), "p99": pct(ttft, 99), "tps": sum(r["tps"] for r in runs) / len(runs),
+            "hit": sum(r["hit"] for r in runs) / len(runs), "errors": sum(r["errors"] for r in runs),
+            "p99s": [pct(r["ttft"], 99) for r in runs]}
 
 
 def _print(rows: list[dict]) -> None:
     print(f"{'users':>5} {'proxies':>7} {'strategy':<18} {'requests':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'tokens/s':>9} "
-          f"{'cache hit':>9} {'errors':>6}")
+          f"{'cache hit':>9} {'errors':>6}  p99 by round")
     for r in rows:
         print(f"{r['users']:>5} {r['replicas']:>7} {r['name']:<18} {r['n']:>8} {r['p50']:>9.3f} {r['p99']:>9.3f} {r['tps']:>9.0f} "
-              f"{r['hit']:>9.1%} {r['errors']:>6}", flush=True)
+              f"{r['hit']:>9.1%} {r['errors']:>6}  {' '.join(f'{x:.3f}' for x in r['p99s'])}", flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -382,16 +391,21 @@ async def main(args: argparse.Namespace) -> None:
     t0 = time.time()
     try:
         for users in args.levels:
-            level: list[dict] = []
-            for replicas in args.replicas:
-                for name, strategy, scrape, tune in [(*s, "") for s in STRATEGIES] + args.tune:
-                    if args.strategies and name not in args.strategies and not tune:
-                        continue
-                    if strategy is None and any(r["name"] == "random" for r in level):
-                        level.append({**next(r for r in level if r["name"] == "random"), "replicas": replicas})
-                        continue
-                    level.append(await one_run(args, name, strategy, scrape, replicas, users, tune))
-                    print(f"# {users} users, {replicas} proxies, {name}: done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+            runs: dict[tuple[int, str], list[dict]] = {}
+            for rnd in range(args.rounds):  # rounds interleave, so drift on the machine touches every strategy alike
+                seed = args.seed + rnd  # each round its own conversations; every strategy of a round the same ones
+                for replicas in args.replicas:
+                    for name, strategy, scrape, tune in [(*s, "") for s in STRATEGIES] + args.tune:
+                        if args.strategies and name not in args.strategies and not tune:
+                            continue
+                        if strategy is None and replicas != args.replicas[0]:  # no proxy: the one figure stands in every block
+                            runs[(replicas, name)] = runs[(args.replicas[0], name)]
+                            continue
+                        runs.setdefault((replicas, name), []).append(
+                            await one_run(args, name, strategy, scrape, replicas, users, tune, seed))
+                        print(f"# {users} users, round {rnd + 1}, {replicas} proxies, {name}: done at {time.time() - t0:.0f}s",
+                              file=sys.stderr, flush=True)
+            level = [{**_pool(rs), "replicas": replicas} for (replicas, _), rs in runs.items()]
             rows += level
             _print(level)
             for replicas in args.replicas:
@@ -417,6 +431,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scrape-interval", type=float, default=1.0, help="the proxy's --proxy-engine-metrics-interval (default 1 s)")
     p.add_argument("--scale", type=float, default=1.0, help="scales the first message's length")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1, help="runs of every strategy, interleaved, each with its own conversations "
+                   "(seed, seed+1, ...); TTFT percentiles are over all of a strategy's requests")
     p.add_argument("--think", type=float, default=2.0, help="median seconds a user waits between turns")
     p.add_argument("--strategies", type=lambda x: x.split(","), default=[], help="only these (comma-separated names)")
     p.add_argument("--instrument", action="store_true", help="per run on stderr: engine queue depth, batch spread, "

@@ -6,7 +6,9 @@
 * adapter affinity: among the Pods labelled with the adapter, the one whose
   engine runs it wins; an unlabelled idle Pod gets nothing;
 * the autoscaler scales on what the engines report, with no traffic through
-  any proxy.
+  any proxy;
+* PrefixHash keeps a long conversation on the engine that caches its prompt
+  while a short one moves to balance the load.
 """
 
 from __future__ import annotations
@@ -152,3 +154,44 @@ async def test_autoscaler_scales_on_engine_load_without_proxy_traffic(control_pl
                          what="scaled back down with the engine's load")
     finally:
         await stop_proxy(p)
+
+
+async def chat_server(p, model: str, first: str, size: int) -> str:
+    """One turn of a conversation whose first user message is ``first``: a prompt of about ``size`` bytes."""
+    body = {"model": model, "messages": [{"role": "user", "content": first}, {"role": "assistant", "content": "ok"},
+                                         {"role": "user", "content": "y" * max(0, size - len(first))}]}
+    code, _, raw = await p.post("/openai/v1/chat/completions", body)
+    assert code == 200, raw
+    return orjson.loads(raw)["server"]
+
+
+async def test_prefix_hash_keeps_a_long_conversation_where_its_prompt_is_cached(proxy, admin, namespace, backends):
+    create_model(admin, namespace, "pl", autoscalingDisabled=True, loadBalancing={"strategy": "PrefixHash"})
+    a, b = await backends("a"), await backends("b")
+    for be in (a, b):
+        be.engine = True
+        be.metrics_body = b"vllm:num_requests_running 10\nvllm:num_requests_waiting 0\n"
+        server_pod(admin, namespace, "pl", be)
+    await proxy.wait_endpoints(namespace, "pl", 2)
+    await eventually(lambda: fresh_engines(proxy, namespace, "pl", 2), what="both engines reported")
+    # two conversations whose first turns (equal loads) went to the same engine: one long, one short
+    home = await chat_server(proxy, "pl", "long conversation 0", 40_000)
+    short = ""
+    for i in range(200):  # half of the prefixes hash to that engine
+        if await chat_server(proxy, "pl", f"short conversation {i}", 300) == home:
+            short = f"short conversation {i}"
+            break
+    assert short
+    busy = {"a": a, "b": b}[home]
+    # that engine is now 10 running requests busier (through other replicas): well past a short prompt's worth
+    busy.metrics_body = b"vllm:num_requests_running 20\nvllm:num_requests_waiting 0\n"
+    await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.running == 20,
+                     what="the busier engine seen")
+    # the short one moves to balance the load; the long one's 10,000 cached prompt tokens keep it home
+    assert await chat_server(proxy, "pl", short, 600) != home
+    assert await chat_server(proxy, "pl", "long conversation 0", 41_000) == home
+    # past the cap on that preference, the long one moves too
+    busy.metrics_body = b"vllm:num_requests_running 40\nvllm:num_requests_waiting 0\n"
+    await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.running == 40,
+                     what="the much busier engine seen")
+    assert await chat_server(proxy, "pl", "long conversation 0", 42_000) != home

@@ -11,7 +11,8 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
 from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
-    HOME_SLACK, NEW_SLACK, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_RUNNING, W_WAITING, EngineSample, endpoint_load, home_acceptable,
+    BYTES_PER_TOKEN, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_RUNNING,
+    W_WAITING, EngineSample, endpoint_load, home_acceptable, home_slack,
 )
 
 NOW = 100.0
@@ -218,7 +219,7 @@ def test_prefix_hash_home_or_least_loaded_table(home_s, next_s, other_s, cached,
     c = g.choose_prefix("tenant-2", 64, 125, "", frozenset())
     assert c.endpoint is {"home": home, "next": nxt, "other": other}[chosen]
     assert c.initial is home and not c.fallback
-    assert g.recent[hash64("tenant-2")] == c.endpoint.key, "the next request of the key follows its cache"
+    assert g.recent[hash64("tenant-2")][0] == c.endpoint.key, "the next request of the key follows its cache"
 
 
 def test_prefix_hash_follows_the_key_to_where_it_went_last():
@@ -246,14 +247,37 @@ def test_prefix_hash_key_memory_is_bounded():
 
 
 @pytest.mark.parametrize("home, least, cached, ok", [
-    (10.0, 10.0, True, True), (10.0, 10.0, False, True),
-    (10.0 + HOME_SLACK, 10.0, True, True), (10.0 + HOME_SLACK + 0.01, 10.0, True, False),
-    (10.0 + NEW_SLACK, 10.0, False, True), (10.0 + NEW_SLACK + 0.01, 10.0, False, False),
-    (0.0, 0.0, True, True),
+    (10.0, 10.0, 0, True), (10.0, 10.0, None, True),
+    (10.0 + HOME_SLACK, 10.0, 0, True), (10.0 + HOME_SLACK + 0.01, 10.0, 0, False),
+    (10.0 + NEW_SLACK, 10.0, None, True), (10.0 + NEW_SLACK + 0.01, 10.0, None, False),
+    (0.0, 0.0, 0, True),
+    # a long conversation's last turn (16,000 bytes = 4,000 tokens) went to the home: 4 more units of slack
+    (10.0 + HOME_SLACK + 4, 10.0, 16000, True), (10.0 + HOME_SLACK + 4.01, 10.0, 16000, False),
+    # capped: a huge cached prompt never pins a key to a home beyond SLACK_MAX
+    (10.0 + SLACK_MAX, 10.0, 10**9, True), (10.0 + SLACK_MAX + 0.01, 10.0, 10**9, False),
 ])
 def test_home_acceptable_table(home, least, cached, ok):
+    assert TOKENS_PER_LOAD == 1000 and BYTES_PER_TOKEN == 4, "the table's sizes assume the documented constants"
     assert home_acceptable(home, least, cached) is ok
-    assert NEW_SLACK < HOME_SLACK, "a cached prefix is worth more queue than a new one"
+    assert NEW_SLACK < HOME_SLACK < SLACK_MAX, "a cached prefix is worth more queue than a new one"
+
+
+def test_home_slack_grows_with_the_cached_prompt():
+    sizes = [0, 1000, 4000, 16000, 64000, 10**6]
+    slacks = [home_slack(n) for n in sizes]
+    assert slacks == sorted(slacks) and slacks[0] == HOME_SLACK and slacks[-1] == SLACK_MAX
+    assert home_slack(None) == NEW_SLACK
+
+
+def test_prefix_hash_keeps_a_long_conversation_home_and_moves_a_short_one():
+    g = _group(3)
+    home, _ = _home_and_next(g, "long")
+    _report(g, **{k[3:]: S(running=10) for k in g.endpoints} | {home.key[3:]: S(running=10 + HOME_SLACK + 3)})
+    g._remember(hash64("long"), home.key, 16000)  # its last turn: 4,000 prompt tokens, cached at the home
+    assert g.choose_prefix("long", 64, 125, "", frozenset(), 16400).endpoint is home
+    g._remember(hash64("short"), home.key, 400)  # a short exchange: little to lose, so it moves
+    assert g.choose_prefix("short", 64, 125, "", frozenset(), 800).endpoint is not home
+    assert g.recent[hash64("long")] == (home.key, 16400), "the size remembered is the request just routed"
 
 
 def test_prefix_hash_counts_what_this_replica_sent_since_the_scrape():

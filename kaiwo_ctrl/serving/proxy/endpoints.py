@@ -84,8 +84,9 @@ class Group:
         self.endpoints: dict[str, Endpoint] = {}
         self.total = 0  # in flight on current endpoints
         self.ring: Ring | None = None
-        #: PrefixHash key hash -> the endpoint its last request from here went to (LRU, RECENT_KEYS at most)
-        self.recent: OrderedDict[int, str] = OrderedDict()
+        #: PrefixHash key hash -> (the endpoint its last request from here went to, that request's body size);
+        #: LRU, RECENT_KEYS at most
+        self.recent: OrderedDict[int, tuple[str, int]] = OrderedDict()
         self._changed = asyncio.Event()
 
     def upsert(self, ep: Endpoint) -> None:
@@ -137,7 +138,10 @@ class Group:
         if not ep.removed:
             self.total -= 1
 
-    def choose_prefix(self, key: str, replication: int, mean_load_factor: int, adapter: str, skip: frozenset[str]) -> Choice:
+    def choose_prefix(
+        self, key: str, replication: int, mean_load_factor: int, adapter: str, skip: frozenset[str], size: int = 0,
+    ) -> Choice:
+        """``size``: the request body's bytes (how much prompt the key's next request finds cached)."""
         if self.ring is None:
             self.ring = Ring(replication)
             for k in self.endpoints:
@@ -149,20 +153,21 @@ class Group:
 
         c = self.ring.choose(key, eps, 0, mean_load_factor, adapter, skip)  # the ring's home: first untried on the walk
         h = hash64(key)
-        last = eps.get(self.recent.get(h, ""))
+        last_key, cached = self.recent.get(h, ("", 0))
+        last = eps.get(last_key)
         known = last is not None and last.serves(adapter) and last.key not in skip
         if known:
             c.initial = c.endpoint = last  # where this key's cache is: its last request from here went there
         home, best = c.endpoint, least_load(eps.values(), adapter, skip, now)
         if home is not None and best is not None and best is not home:
-            if not home_acceptable(endpoint_load(home, now, adapter), endpoint_load(best, now, adapter), known):
+            if not home_acceptable(endpoint_load(home, now, adapter), endpoint_load(best, now, adapter), cached if known else None):
                 c.endpoint = best  # a spill: the least loaded, not the next ring position (no better cached there)
         if c.endpoint is not None:
-            self._remember(h, c.endpoint.key)
+            self._remember(h, c.endpoint.key, size)
         return c
 
-    def _remember(self, h: int, key: str) -> None:
-        self.recent[h] = key
+    def _remember(self, h: int, key: str, size: int = 0) -> None:
+        self.recent[h] = (key, size)
         self.recent.move_to_end(h)
         if len(self.recent) > RECENT_KEYS:
             self.recent.popitem(last=False)

@@ -50,22 +50,23 @@ class ModelState:
 
 
 class Exchange:
-    __slots__ = ("handler", "group", "target", "key", "waited", "sent_at", "wait_limit")
+    __slots__ = ("handler", "group", "target", "key", "size", "waited", "sent_at", "wait_limit")
 
     def __init__(self, handler: Any, group: Group, target: Target, wait_limit: float | None = None) -> None:
         self.handler, self.group, self.target, self.wait_limit = handler, group, target, wait_limit
         self.key = ""  # the PrefixHash key
+        self.size = 0  # the request body's bytes (PrefixHash: how much of the prompt a cache may hold)
         self.waited = 0.0
         self.sent_at = 0.0
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
         """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
-        ep = self.handler._choose(self.group, self.target, self.key, skip)
+        ep = self.handler._choose(self.group, self.target, self.key, skip, self.size)
         if ep is not None:  # one is free: no wait to time
             return ep
         w0 = time.perf_counter()
         try:
-            ep = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit)
+            ep = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit, self.size)
             return ep
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None

@@ -204,6 +204,8 @@ class ProxyHandler:
         st.active.inc()
         ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
+        if key and not isinstance(body, StreamBody):
+            ex.size = len(body)
         code = 0
         task = None
         if st.timeout is not None:  # no deadline: nothing to watch
@@ -249,12 +251,14 @@ class ProxyHandler:
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
 
-    async def _acquire(self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None) -> Endpoint:
+    async def _acquire(
+        self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None, size: int = 0,
+    ) -> Endpoint:
         """An endpoint for ``t``; waits for one at most ``wait_limit`` (TimeoutError; no timer when one is free)."""
         deadline = None
         while True:
             changed = group.changed()
-            ep = self._choose(group, t, key, skip)
+            ep = self._choose(group, t, key, skip, size)
             if ep is not None:
                 return ep
             if deadline is None and wait_limit is not None:
@@ -263,11 +267,11 @@ class ProxyHandler:
                 await changed.wait()
             t = self._refresh(t)
 
-    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str]) -> Endpoint | None:
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int = 0) -> Endpoint | None:
         """An endpoint for ``t`` now (counted as in flight), or None when none is usable."""
         prefix = self._state(t).prefix  # the strategy is read at request time
         if prefix is not None:
-            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip)
+            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip, size)
             ep = c.endpoint
             if ep is not None:
                 outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")

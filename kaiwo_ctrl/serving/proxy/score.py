@@ -38,13 +38,18 @@ label are not candidates at all (KubeAI's rule, kept).
 
 PrefixHash on engine load (:func:`home_acceptable`): the key's home -- where
 its last request from this replica went (its prefix is cached there), else
-its ring position -- takes the request while its load is at most
-``HOME_SLACK`` above the least loaded endpoint's (a cached prefix is worth
-about that much queue), or ``NEW_SLACK`` for a key this replica has not
-routed (cached nowhere, so only a tie-breaking preference for the ring, which
-keeps replicas agreeing); otherwise the least loaded endpoint takes it.
-KubeAI's ``meanLoadFactor`` bound (125 % of the mean) is far looser at
-saturation: at 40 running requests an engine, the home may hold ten more
+its ring position -- takes the request while its load is at most a slack above
+the least loaded endpoint's, else the least loaded endpoint takes it. The slack
+is what the cached prefix saves: a key this replica has not routed is cached
+nowhere, so ``NEW_SLACK`` only (a tie-breaking preference for the ring, which
+keeps replicas agreeing); a key whose last request went to the home gets
+``HOME_SLACK`` plus one unit of load per ``TOKENS_PER_LOAD`` tokens of that
+last request (its body bytes over ``BYTES_PER_TOKEN``), at most ``SLACK_MAX``.
+A turn of a long conversation therefore stays where its thousands of prompt
+tokens are cached -- sent elsewhere, it would be prefilled from the start and
+be the slowest first token of the run -- while a short one moves to balance
+the load. KubeAI's ``meanLoadFactor`` bound (125 % of the mean) is far looser
+at saturation: at 40 running requests an engine, the home may hold ten more
 before anything moves, and by then its KV cache is full and requests queue
 there.
 
@@ -64,6 +69,9 @@ W_PENDING = 4.0
 W_AFFINITY = 0.5
 HOME_SLACK = 4.0
 NEW_SLACK = 1.0
+TOKENS_PER_LOAD = 1000.0  # prompt tokens whose prefill is worth one unit of load (a pending request weighs W_PENDING)
+BYTES_PER_TOKEN = 4.0  # request body bytes per prompt token (about 4 characters a token in English)
+SLACK_MAX = 16.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +113,17 @@ def fresh(ep: Endpoint, now: float) -> bool:
     return ep.engine is not None and now <= ep.engine_until
 
 
-def home_acceptable(home: float, least: float, cached: bool = True) -> bool:
-    """May a PrefixHash key's home, at load ``home``, take the request when the least loaded endpoint has ``least``?
+def home_slack(cached_bytes: int | None) -> float:
+    """How much more load than the least loaded endpoint a PrefixHash key's home may carry.
 
-    ``cached``: the home likely holds the key's prefix (its last request went there), worth ``HOME_SLACK``
-    of queue; otherwise only ``NEW_SLACK`` (a new conversation's prompt is cached nowhere).
+    ``cached_bytes``: the body size of the key's last request, which went to the home (its
+    prompt is likely cached there); None when the key's prefix is cached nowhere known.
     """
-    return home <= least + (HOME_SLACK if cached else NEW_SLACK)
+    if cached_bytes is None:
+        return NEW_SLACK
+    return min(SLACK_MAX, HOME_SLACK + cached_bytes / BYTES_PER_TOKEN / TOKENS_PER_LOAD)
+
+
+def home_acceptable(home: float, least: float, cached_bytes: int | None = 0) -> bool:
+    """May a PrefixHash key's home, at load ``home``, take the request when the least loaded endpoint has ``least``?"""
+    return home <= least + home_slack(cached_bytes)

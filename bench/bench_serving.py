@@ -419,6 +419,16 @@ async def main(args: argparse.Namespace) -> None:
         engines.wait()
 
 
+def _tune_rows(spec: str) -> list[tuple[str, str, float, str]]:
+    rows = []
+    for v in spec.split(";"):
+        name, _, sets = v.partition(":")
+        name, _, strategy = name.partition("@")
+        strategy = strategy or "PrefixHash"
+        rows.append((f"{'LL' if strategy == 'LeastLoad' else 'PH'}+engine[{name}]", strategy, 1.0, sets))
+    return rows
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--role", default="main", choices=["main", "engines", "proxy"])
@@ -439,9 +449,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "where the slowest first tokens waited, PrefixHash choices")
     p.add_argument("--trace-dir", default="", help="with --instrument: write each run's samples and traces there (JSON)")
     p.add_argument("--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2], help="proxy replica counts")
-    p.add_argument("--tune", type=lambda s: [(f"PH+engine[{v.partition(':')[0]}]", "PrefixHash", 1.0, v.partition(":")[2])
-                                             for v in s.split(";")], default=[],
-                   help="extra engine-aware PrefixHash rows with scorer constants set: 'NAME:HOME_SLACK=2,W_KV=8;NAME2:...'")
+    p.add_argument("--tune", type=_tune_rows, default=[],
+                   help="extra engine-aware rows with scorer constants set: 'NAME:HOME_SLACK=2,W_KV=8;NAME2@LeastLoad:...' "
+                        "(PrefixHash unless @LeastLoad)")
     p.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
     args = p.parse_args(argv)

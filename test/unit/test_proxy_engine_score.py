@@ -11,7 +11,8 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
 from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
-    BYTES_PER_TOKEN, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_RUNNING,
+    BYTES_PER_TOKEN, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
+    W_RUNNING,
     W_WAITING, EngineSample, endpoint_load, home_acceptable, home_slack,
 )
 
@@ -323,3 +324,39 @@ def test_prefix_hash_without_reports_is_kubeai():
         e.engine_until = 0.0
     c = g.choose_prefix("tenant-3", 64, 125, "", frozenset())
     assert c.endpoint is nxt and c.initial is home
+
+
+def test_pending_prompt_tokens_weigh_by_length():
+    g = _group(2)
+    _report(g)  # both engines: 4 running
+    a, b = g.endpoints.values()
+    g.acquire(a, 8000)  # one 8,000-token document queued for prefill here
+    for _ in range(2):
+        g.acquire(b, 100)  # two short questions there
+    now = time.monotonic()
+    assert endpoint_load(a, now) == pytest.approx(4 + W_LOCAL + W_PENDING + W_PREFILL * 8000 / TOKENS_PER_LOAD)
+    assert endpoint_load(b, now) == pytest.approx(4 + 2 * W_LOCAL + 2 * W_PENDING + W_PREFILL * 200 / TOKENS_PER_LOAD)
+    assert least_load(g.endpoints.values(), now=now) is b, "the long prefill delays the next first token more"
+    g.answered(a, 8000)
+    assert a.pending == 0 and a.pending_tokens == 0
+    for _ in range(2):
+        g.answered(b, 100)
+    assert b.pending_tokens == 0
+    # the proxy's own counts (no fresh report) know nothing of tokens: KubeAI's measure
+    for e in g.endpoints.values():
+        e.engine_until = 0.0
+    g.acquire(a, 8000)
+    assert endpoint_load(a, time.monotonic()) == 2.0
+
+
+def test_prefix_choice_tells_how_much_the_endpoint_caches():
+    g = _group(3)
+    _report(g)
+    first = g.choose_prefix("conv", 64, 125, "", frozenset(), 12000)
+    assert first.cached == 0, "a new key is cached nowhere"
+    again = g.choose_prefix("conv", 64, 125, "", frozenset(), 13000)
+    assert again.endpoint is first.endpoint and again.cached == 12000, "its last request's body is cached where it went"
+    # a spill goes where nothing of it is cached
+    _report(g, **{first.endpoint.key[3:]: S(running=4 + SLACK_MAX + 1)})
+    spilled = g.choose_prefix("conv", 64, 125, "", frozenset(), 14000)
+    assert spilled.endpoint is not first.endpoint and spilled.cached == 0

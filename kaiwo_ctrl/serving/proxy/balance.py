@@ -47,6 +47,7 @@ class Endpoint:
     engine_until: float = 0.0  # monotonic time the report goes stale
     in_flight_base: int = 0  # ``in_flight`` when the last report's scrape began
     pending: int = 0  # of ``in_flight``, those with no answer byte back yet (queued or in prefill at the engine)
+    pending_tokens: float = 0.0  # their prompt tokens the engine has to prefill (estimated; see .score)
 
     def serves(self, adapter: str) -> bool:
         return not adapter or adapter in self.adapters
@@ -86,6 +87,7 @@ class Choice:
     initial: Endpoint | None = None  # the first adapter-capable endpoint on the walk (the key's home)
     fallback: bool = False  # no endpoint was under the load bound
     examined: int = 0  # ring points looked at
+    cached: int = 0  # body bytes of the key's last request, when ``endpoint`` is where it went (its prompt is cached there)
 
 
 @dataclass

@@ -123,15 +123,18 @@ class Group:
     def changed(self) -> asyncio.Event:
         return self._changed
 
-    def acquire(self, ep: Endpoint) -> Endpoint:
+    def acquire(self, ep: Endpoint, tokens: float = 0.0) -> Endpoint:
+        """``tokens``: the request's prompt tokens ``ep`` has to prefill (an estimate)."""
         ep.in_flight += 1
         ep.pending += 1
+        ep.pending_tokens += tokens
         self.total += 1
         return ep
 
-    def answered(self, ep: Endpoint) -> None:
-        """The answer to one request sent to ``ep`` began (or its attempt ended without one)."""
+    def answered(self, ep: Endpoint, tokens: float = 0.0) -> None:
+        """The answer to one request sent to ``ep`` began (or its attempt ended without one); ``tokens`` as acquired."""
         ep.pending -= 1
+        ep.pending_tokens = max(0.0, ep.pending_tokens - tokens) if ep.pending else 0.0
 
     def release(self, ep: Endpoint) -> None:
         ep.in_flight -= 1
@@ -163,6 +166,8 @@ class Group:
             if not home_acceptable(endpoint_load(home, now, adapter), endpoint_load(best, now, adapter), cached if known else None):
                 c.endpoint = best  # a spill: the least loaded, not the next ring position (no better cached there)
         if c.endpoint is not None:
+            if known and c.endpoint is last:
+                c.cached = cached
             self._remember(h, c.endpoint.key, size)
         return c
 

@@ -50,28 +50,34 @@ class ModelState:
 
 
 class Exchange:
-    __slots__ = ("handler", "group", "target", "key", "size", "waited", "sent_at", "wait_limit")
+    __slots__ = ("handler", "group", "target", "key", "size", "tokens", "waited", "sent_at", "wait_limit")
 
     def __init__(self, handler: Any, group: Group, target: Target, wait_limit: float | None = None) -> None:
         self.handler, self.group, self.target, self.wait_limit = handler, group, target, wait_limit
         self.key = ""  # the PrefixHash key
-        self.size = 0  # the request body's bytes (PrefixHash: how much of the prompt a cache may hold)
+        self.size = 0  # the request body's bytes (an estimate of its prompt's length)
+        self.tokens = 0.0  # the prompt tokens the current attempt's endpoint has to prefill (an estimate)
         self.waited = 0.0
         self.sent_at = 0.0
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
         """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
-        ep = self.handler._choose(self.group, self.target, self.key, skip, self.size)
-        if ep is not None:  # one is free: no wait to time
+        chosen = self.handler._choose(self.group, self.target, self.key, skip, self.size)
+        if chosen is not None:  # one is free: no wait to time
+            ep, self.tokens = chosen
             return ep
         w0 = time.perf_counter()
         try:
-            ep = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit, self.size)
+            ep, self.tokens = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit, self.size)
             return ep
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None
         finally:
             self.waited += time.perf_counter() - w0
+
+    def answered(self, ep: Endpoint) -> None:
+        """The current attempt's answer began (or the attempt ended): its prefill is no longer pending."""
+        self.group.answered(ep, self.tokens)
 
     def sent(self) -> None:
         if not self.sent_at:

@@ -46,6 +46,7 @@ from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
+from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 
@@ -204,7 +205,7 @@ class ProxyHandler:
         st.active.inc()
         ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
-        if key and not isinstance(body, StreamBody):
+        if not isinstance(body, StreamBody):
             ex.size = len(body)
         code = 0
         task = None
@@ -243,7 +244,7 @@ class ProxyHandler:
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
                 request, self.pool, path, body, request_headers(request.headers), ex.acquire, ex.group.release, ex.retry, ex.sent,
-                ex.group.answered,
+                ex.answered,
             )
         except UpstreamFailed as e:
             log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})
@@ -253,33 +254,39 @@ class ProxyHandler:
 
     async def _acquire(
         self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None, size: int = 0,
-    ) -> Endpoint:
-        """An endpoint for ``t``; waits for one at most ``wait_limit`` (TimeoutError; no timer when one is free)."""
+    ) -> tuple[Endpoint, float]:
+        """An endpoint for ``t`` and the tokens it has to prefill; waits for one at most ``wait_limit``
+        (TimeoutError; no timer when one is free)."""
         deadline = None
         while True:
             changed = group.changed()
-            ep = self._choose(group, t, key, skip, size)
-            if ep is not None:
-                return ep
+            chosen = self._choose(group, t, key, skip, size)
+            if chosen is not None:
+                return chosen
             if deadline is None and wait_limit is not None:
                 deadline = asyncio.get_running_loop().time() + wait_limit
             async with asyncio.timeout_at(deadline):
                 await changed.wait()
             t = self._refresh(t)
 
-    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int = 0) -> Endpoint | None:
-        """An endpoint for ``t`` now (counted as in flight), or None when none is usable."""
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int = 0) -> tuple[Endpoint, float] | None:
+        """An endpoint for ``t`` now (counted as in flight) and the prompt tokens it has to prefill (estimated from
+        the body's ``size`` less what its cache holds), or None when none is usable."""
         prefix = self._state(t).prefix  # the strategy is read at request time
         if prefix is not None:
             c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip, size)
             ep = c.endpoint
+            size -= c.cached  # what the engine has to prefill: the part of the prompt its cache does not hold
             if ep is not None:
                 outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
                 self.metrics.prefix_choices.labels(outcome).inc()
                 self.metrics.prefix_examined.inc(c.examined)
         else:
             ep = group.choose_least(t.adapter, skip)
-        return None if ep is None else group.acquire(ep)
+        if ep is None:
+            return None
+        tokens = max(0, size) / BYTES_PER_TOKEN
+        return group.acquire(ep, tokens), tokens
 
     def _refresh(self, t: Target) -> Target:
         m = self.resolver.models.get(t.name, t.namespace)

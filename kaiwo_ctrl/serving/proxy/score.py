@@ -6,6 +6,7 @@ what the engine said, in units of "running requests":
     load = W_WAITING * waiting + W_RUNNING * running + W_KV * kv_cache_use
            + W_LOCAL * (in flight here now - in flight here when the scrape began)
            + W_PENDING * (in flight here with no answer byte back yet)
+           + W_PREFILL * (their prompt tokens to prefill) / TOKENS_PER_LOAD
 
 * a waiting request weighs most: it waits for a running one to finish before
   it even starts its prefill, and everything sent here queues behind it;
@@ -25,6 +26,12 @@ what the engine said, in units of "running requests":
   a few thousand tokens stalls the engine's batch for a few hundred ms, a
   decoding request adds well under a millisecond to a step. (In the serving
   bench at saturation it cut engine-aware PrefixHash's TTFT p99 by a third.)
+* those requests' prompts weigh by their length: the engine prefills them
+  before the next request's first token, at a cost proportional to the tokens
+  its prefix cache does not hold (the body's bytes over ``BYTES_PER_TOKEN``,
+  less the part a PrefixHash home caches), ``W_PREFILL`` per
+  ``TOKENS_PER_LOAD`` tokens: an 8,000-token document queued at an engine
+  weighs as much as two or three short questions.
 
 With no fresh report (no metrics, a failed scrape, data older than the
 staleness bound) the endpoint falls back to KubeAI's measure: the requests in
@@ -66,6 +73,7 @@ W_RUNNING = 1.0
 W_KV = 2.0
 W_LOCAL = 1.0
 W_PENDING = 4.0
+W_PREFILL = 1.0
 W_AFFINITY = 0.5
 HOME_SLACK = 4.0
 NEW_SLACK = 1.0
@@ -90,6 +98,7 @@ class Endpoint(Protocol):
     in_flight: int
     in_flight_base: int
     pending: int
+    pending_tokens: float
     engine: EngineSample | None
     engine_until: float
 
@@ -103,7 +112,7 @@ def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
     s = ep.engine
     if s is None or now > ep.engine_until:
         return float(ep.in_flight)
-    load = engine_load(s, ep.in_flight - ep.in_flight_base) + W_PENDING * ep.pending
+    load = engine_load(s, ep.in_flight - ep.in_flight_base) + W_PENDING * ep.pending + W_PREFILL * ep.pending_tokens / TOKENS_PER_LOAD
     if adapter and adapter in s.adapters:
         load -= W_AFFINITY
     return load

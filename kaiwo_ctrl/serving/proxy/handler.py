@@ -46,9 +46,9 @@ from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
-from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
+from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 

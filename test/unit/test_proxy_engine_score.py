@@ -11,9 +11,9 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
 from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
-    BYTES_PER_TOKEN, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
+    BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
     W_RUNNING,
-    W_WAITING, EngineSample, endpoint_load, home_acceptable, home_slack,
+    W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_slack,
 )
 
 NOW = 100.0
@@ -203,8 +203,12 @@ def _home_and_next(g: Group, key: str) -> tuple[Endpoint, Endpoint]:
     (S(running=41 + HOME_SLACK), S(running=44), S(running=40), True, "other"),
     # a waiting request weighs W_WAITING: a home with two waiting is over the slack
     (S(running=38, waiting=2), S(running=40), S(running=40), True, "next"),
-    # ... and one waiting alone is not (the cached prefix saves its prefill)
-    (S(running=40, waiting=1), S(running=40), S(running=40), True, "home"),
+    # ... and so is one waiting: a cached prefix saves prefill, not the wait for admission, so a home whose engine
+    # queues gets no slack for it
+    (S(running=40, waiting=1), S(running=40), S(running=41), True, "next"),
+    # a KV cache fuller than HOME_MAX_KV: the next request would wait for blocks there, cached or not
+    (S(running=42, kv=0.95), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "next"),
+    (S(running=42, kv=HOME_MAX_KV), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "home"),
     # KubeAI's 125 % bound would keep this home (45 <= 1.25 * mean); the engine-aware slack does not
     (S(running=45), S(running=36), S(running=38), True, "next"),
     # the least loaded by the engines' figures, even where the home is below the mean
@@ -360,3 +364,10 @@ def test_prefix_choice_tells_how_much_the_endpoint_caches():
     _report(g, **{first.endpoint.key[3:]: S(running=4 + SLACK_MAX + 1)})
     spilled = g.choose_prefix("conv", 64, 125, "", frozenset(), 14000)
     assert spilled.endpoint is not first.endpoint and spilled.cached == 0
+
+
+def test_admitting_table():
+    assert admitting(None), "no report: nothing known against the home"
+    assert admitting(S(running=40, kv=HOME_MAX_KV))
+    assert not admitting(S(running=40, waiting=1))
+    assert not admitting(S(running=40, kv=HOME_MAX_KV + 0.01))

@@ -55,8 +55,11 @@ last request (its body bytes over ``BYTES_PER_TOKEN``), at most ``SLACK_MAX``.
 A turn of a long conversation therefore stays where its thousands of prompt
 tokens are cached -- sent elsewhere, it would be prefilled from the start and
 be the slowest first token of the run -- while a short one moves to balance
-the load. KubeAI's ``meanLoadFactor`` bound (125 % of the mean) is far looser
-at saturation: at 40 running requests an engine, the home may hold ten more
+the load. A cached prefix saves prefill, not the wait for admission: a home
+whose engine reports requests waiting (over ``HOME_MAX_WAITING``) or a KV
+cache fuller than ``HOME_MAX_KV`` gets only ``NEW_SLACK`` (:func:`admitting`).
+KubeAI's ``meanLoadFactor`` bound (125 % of the mean) is far looser at
+saturation: at 40 running requests an engine, the home may hold ten more
 before anything moves, and by then its KV cache is full and requests queue
 there.
 
@@ -80,6 +83,8 @@ NEW_SLACK = 1.0
 TOKENS_PER_LOAD = 1000.0  # prompt tokens whose prefill is worth one unit of load (a pending request weighs W_PENDING)
 BYTES_PER_TOKEN = 4.0  # request body bytes per prompt token (about 4 characters a token in English)
 SLACK_MAX = 16.0
+HOME_MAX_WAITING = 0.0  # a home whose engine has more requests than this waiting for admission gets no slack for its cache
+HOME_MAX_KV = 0.9  # ... nor one whose KV cache is fuller than this (the next request would wait for blocks there)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +136,12 @@ def home_slack(cached_bytes: int | None) -> float:
     if cached_bytes is None:
         return NEW_SLACK
     return min(SLACK_MAX, HOME_SLACK + cached_bytes / BYTES_PER_TOKEN / TOKENS_PER_LOAD)
+
+
+def admitting(s: EngineSample | None) -> bool:
+    """Does an engine (its fresh report, or None) admit new requests at once? A cached prefix only saves prefill:
+    behind a queue or at a full KV cache the request waits for other requests to finish, cached or not."""
+    return s is None or (s.waiting <= HOME_MAX_WAITING and s.kv <= HOME_MAX_KV)
 
 
 def home_acceptable(home: float, least: float, cached_bytes: int | None = 0) -> bool:

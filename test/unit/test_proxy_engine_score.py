@@ -207,8 +207,8 @@ def _home_and_next(g: Group, key: str) -> tuple[Endpoint, Endpoint]:
     # queues gets no slack for it
     (S(running=40, waiting=1), S(running=40), S(running=41), True, "next"),
     # a KV cache fuller than HOME_MAX_KV: the next request would wait for blocks there, cached or not
-    (S(running=42, kv=0.95), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "next"),
-    (S(running=42, kv=HOME_MAX_KV), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "home"),
+    (S(running=40, kv=0.95), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "next"),
+    (S(running=40, kv=HOME_MAX_KV), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "home"),
     # KubeAI's 125 % bound would keep this home (45 <= 1.25 * mean); the engine-aware slack does not
     (S(running=45), S(running=36), S(running=38), True, "next"),
     # the least loaded by the engines' figures, even where the home is below the mean

@@ -66,6 +66,19 @@ def _quantity(value: Any):
         return None
 
 
+def _fill(section: dict[str, Any], defaults: Mapping[str, str], gpu_key: str) -> set[str]:
+    """Set each of ``defaults`` that ``section`` (limits or requests) leaves unset, and always the GPU key;
+    return the keys that were unset."""
+    defaulted = set()
+    for key, value in defaults.items():
+        if key not in section:
+            defaulted.add(key)
+            section[key] = value
+        elif key == gpu_key:
+            section[key] = value
+    return defaulted
+
+
 def apply_to_container(container: dict[str, Any], template: Mapping[str, Mapping[str, str]], gpu_key: str) -> None:
     """Fill the container's requests/limits from ``template`` where it leaves a
     key unset; the GPU key is always written.
@@ -80,20 +93,8 @@ def apply_to_container(container: dict[str, Any], template: Mapping[str, Mapping
     resources = container.setdefault("resources", {})
     limits = resources.setdefault("limits", {})
     requests = resources.setdefault("requests", {})
-    defaulted_limits: set[str] = set()
-    defaulted_requests: set[str] = set()
-    for key, value in template.get("limits", {}).items():
-        if key not in limits:
-            defaulted_limits.add(key)
-            limits[key] = value
-        elif key == gpu_key:
-            limits[key] = value
-    for key, value in template.get("requests", {}).items():
-        if key not in requests:
-            defaulted_requests.add(key)
-            requests[key] = value
-        elif key == gpu_key:
-            requests[key] = value
+    defaulted_limits = _fill(limits, template.get("limits", {}), gpu_key)
+    defaulted_requests = _fill(requests, template.get("requests", {}), gpu_key)
     for key in set(requests) & set(limits):
         req, lim = _quantity(requests[key]), _quantity(limits[key])
         if req is None or lim is None or req <= lim:

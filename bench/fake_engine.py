@@ -2,18 +2,24 @@
 
 It behaves like vLLM in what matters to routing, and nothing else:
 
-* a KV cache of fixed-size blocks (``block_tokens`` tokens): a request holds
-  blocks for its prompt and output while it runs; when it ends, its full blocks
-  stay cached, keyed by a hash chained over the text before them (vLLM's
-  automatic prefix caching), and are evicted least recently used when running
-  requests need the room;
+* a KV cache of fixed-size blocks (``block_tokens`` tokens), kept as vLLM's
+  automatic prefix caching keeps it: a block is keyed by a hash chained over
+  the text before it; a request holds its prompt's blocks (shared, by
+  reference count, with any running request holding the same block: a cache
+  hit takes no new block) and room for its output while it runs; when it
+  ends, its full blocks stay cached and are evicted least recently used when
+  running requests need the room, a request's tail blocks before its head
+  (vLLM frees them in reverse order, so a conversation's beginning, which the
+  next turn can still hit, outlives its end);
 * a prefill time proportional to the prompt tokens that are not cached
   (chunked: at most ``max_batched_tokens`` tokens per step, decode first);
 * a decode step whose time grows with the running batch
   (``step_base_s + step_per_seq_s * batch``), every running request getting one
   token per step;
 * ``max_num_seqs`` running requests at most, and admission only when the KV
-  blocks fit; the rest wait in FIFO order;
+  blocks fit; the rest wait in FIFO order (a simplification: vLLM allocates
+  the output's blocks step by step and preempts a running request when they
+  run out; here they are reserved at admission, so nothing is preempted);
 * streaming: the first token as its own SSE event, then one event per
   ``stream_every`` tokens (coalesced so the harness's CPU goes to what is
   measured; time to first token is exact);
@@ -87,7 +93,8 @@ class Seq:
     prompt_tokens: int
     max_tokens: int
     seed: int
-    blocks_held: int = 0
+    blocks: list = field(default_factory=list)  # the prompt's block hashes, held while it runs
+    blocks_held: int = 0  # blocks reserved for the output
     to_prefill: int = 0
     generated: int = 0
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -100,8 +107,9 @@ class Engine:
     def __init__(self, params: EngineParams = LLAMA31_8B_A100_40GB) -> None:
         self.p = params
         self.total_blocks = params.kv_tokens // params.block_tokens
-        self.cache: OrderedDict[int, None] = OrderedDict()  # free cached blocks, oldest first
-        self.held = 0
+        self.cache: OrderedDict[int, None] = OrderedDict()  # free cached blocks, evicted first to last
+        self.pinned: dict[int, int] = {}  # prompt blocks held by running requests: hash -> reference count
+        self.reserved = 0  # blocks running requests hold for their output
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.queries = self.hits = 0
@@ -111,6 +119,10 @@ class Engine:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
+
+    @property
+    def held(self) -> int:
+        return len(self.pinned) + self.reserved
 
     def reset(self) -> None:
         self.cache.clear()
@@ -136,23 +148,27 @@ class Engine:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.p.max_num_seqs:
             s = self.waiting[0]
-            need = math.ceil((s.prompt_tokens + s.max_tokens) / self.p.block_tokens)
-            if self.held + need > self.total_blocks and self.running:
+            blocks = self.block_hashes(s.text)
+            fresh = sum(1 for h in blocks if h not in self.pinned)  # blocks it takes from the free pool
+            extra = max(0, math.ceil((s.prompt_tokens + s.max_tokens) / self.p.block_tokens) - len(blocks))
+            if self.held + fresh + extra > self.total_blocks and self.running:
                 return  # wait for blocks (one request alone always runs)
             self.waiting.popleft()
             cached = 0
-            for h in self.block_hashes(s.text):
-                if h not in self.cache:
+            for h in blocks:
+                if h not in self.pinned and h not in self.cache:
                     break
-                self.cache.move_to_end(h)
                 cached += 1
+            for h in blocks:  # a hit leaves the free pool (vLLM "touches" it); the rest are computed into it
+                self.cache.pop(h, None)
+                self.pinned[h] = self.pinned.get(h, 0) + 1
             hit_tokens = min(cached * self.p.block_tokens, s.prompt_tokens - 1)
             self.queries += s.prompt_tokens
             self.hits += hit_tokens
             s.to_prefill = s.prompt_tokens - hit_tokens
             s.hit_tokens, s.admitted = hit_tokens, asyncio.get_running_loop().time()
-            s.blocks_held = need
-            self.held += need
+            s.blocks, s.blocks_held = blocks, extra
+            self.reserved += extra
             self._evict()
             self.running.append(s)
 
@@ -162,10 +178,16 @@ class Engine:
             self.cache.popitem(last=False)
 
     def _finish(self, s: Seq) -> None:
-        self.held -= s.blocks_held
-        for h in self.block_hashes(s.text + reply_text(s.seed, s.generated)):
-            self.cache[h] = None
-            self.cache.move_to_end(h)
+        self.reserved -= s.blocks_held
+        for h in s.blocks:
+            if self.pinned[h] > 1:
+                self.pinned[h] -= 1
+            else:
+                del self.pinned[h]
+        for h in reversed(self.block_hashes(s.text + reply_text(s.seed, s.generated))):
+            if h not in self.pinned:  # tail first, so the tail is evicted first
+                self.cache[h] = None
+                self.cache.move_to_end(h)
         self._evict()
         s.events.put_nowait(None)
 

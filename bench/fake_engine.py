@@ -93,8 +93,8 @@ class Seq:
     prompt_tokens: int
     max_tokens: int
     seed: int
-    blocks: list = field(default_factory=list)  # the prompt's block hashes, held while it runs
-    blocks_held: int = 0  # blocks reserved for the output
+    blocks: list = field(default_factory=list)  # the prompt's block hashes (hashed once, on arrival), held while it runs
+    reserved: int = 0  # blocks reserved for the output while it runs
     to_prefill: int = 0
     generated: int = 0
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -139,6 +139,7 @@ class Engine:
 
     async def generate(self, text: str, max_tokens: int, seed: int) -> Seq:
         s = Seq(text, math.ceil(len(text) / self.p.chars_per_token), max(1, max_tokens), seed)
+        s.blocks = self.block_hashes(text)
         s.arrived = asyncio.get_running_loop().time()
         self.waiting.append(s)
         self._wake.set()
@@ -148,7 +149,7 @@ class Engine:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.p.max_num_seqs:
             s = self.waiting[0]
-            blocks = self.block_hashes(s.text)
+            blocks = s.blocks
             fresh = sum(1 for h in blocks if h not in self.pinned)  # blocks it takes from the free pool
             extra = max(0, math.ceil((s.prompt_tokens + s.max_tokens) / self.p.block_tokens) - len(blocks))
             if self.held + fresh + extra > self.total_blocks and self.running:
@@ -167,7 +168,7 @@ class Engine:
             self.hits += hit_tokens
             s.to_prefill = s.prompt_tokens - hit_tokens
             s.hit_tokens, s.admitted = hit_tokens, asyncio.get_running_loop().time()
-            s.blocks, s.blocks_held = blocks, extra
+            s.reserved = extra
             self.reserved += extra
             self._evict()
             self.running.append(s)
@@ -178,7 +179,7 @@ class Engine:
             self.cache.popitem(last=False)
 
     def _finish(self, s: Seq) -> None:
-        self.reserved -= s.blocks_held
+        self.reserved -= s.reserved
         for h in s.blocks:
             if self.pinned[h] > 1:
                 self.pinned[h] -= 1

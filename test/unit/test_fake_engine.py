@@ -22,9 +22,10 @@ def _text(tag: str, blocks: int) -> str:
     return "".join(f"{tag}{i:05d}".ljust(BLOCK_CHARS, ".") for i in range(blocks))
 
 
-def _run(engine: Engine, text: str, max_tokens: int = 1):
+def _run(engine: Engine, text: str | None = None, max_tokens: int = 1):
+    """Queue ``text`` (if given) and run one admission pass, as the engine's loop does before each step."""
     async def go():
-        s = await engine.generate(text, max_tokens, seed=0)
+        s = await engine.generate(text, max_tokens, seed=0) if text is not None else None
         engine._admit()
         return s
     return asyncio.run(go())
@@ -76,8 +77,5 @@ def test_a_request_waits_for_room_and_one_alone_always_runs():
     small = _run(eng, _text("b", 5))
     assert eng.waiting[0] is small and small not in eng.running
     _end(eng, big)
-
-    async def admit():
-        eng._admit()
-    asyncio.run(admit())
+    _run(eng)
     assert small in eng.running

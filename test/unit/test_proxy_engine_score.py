@@ -13,7 +13,7 @@ from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
     BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
     W_RUNNING,
-    W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_slack,
+    UNSEEN_MAX, W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_slack,
 )
 
 NOW = 100.0
@@ -39,7 +39,14 @@ S = EngineSample
     # this replica's in-flight change since the scrape began: 3 more sent ...
     (ep("a", in_flight=4, sample=S(running=1), base=1), "", 4.0),
     # ... or 2 of its requests (counted by the engine) finished since
-    (ep("a", in_flight=1, sample=S(running=5), base=3), "", 3.0),
+    (ep("a", in_flight=1, sample=S(running=3), base=3), "", 1.0),
+    # another replica sends as much (half the engine's requests were this one's): each change counts twice
+    (ep("a", in_flight=7, sample=S(running=8, waiting=2), base=5), "", 8 + 2 * W_WAITING + 2 * 2.0),
+    (ep("a", in_flight=3, sample=S(running=10), base=5), "", 10 - 2 * 2.0),
+    # ... at most UNSEEN_MAX times (an engine with few requests of ours, or one that lies)
+    (ep("a", in_flight=2, sample=S(running=100), base=1), "", 100 + UNSEEN_MAX),
+    # none of ours at the report: no share to go by, the change counts once
+    (ep("a", in_flight=2, sample=S(running=30), base=0), "", 32.0),
     # of those 3, 2 have no first token yet (queued or in prefill at the engine): W_PENDING each on top
     (ep("a", in_flight=4, sample=S(running=1), base=1, pending=2), "", 4.0 + 2 * W_PENDING),
     # without a fresh report pending requests are just in flight (KubeAI's measure)

@@ -19,6 +19,14 @@ what the engine said, in units of "running requests":
   finished since are still in them. The difference -- this replica's in-flight
   count now less at the scrape -- is added, one running request each (it is
   negative when more finished than were sent; the load never goes below 0);
+* other replicas' requests since the scrape are not seen at all, so the
+  difference is scaled by this replica's share of the engine's requests: the
+  engine's running and waiting requests at the report over this replica's in
+  flight when the scrape began, between 1 and ``UNSEEN_MAX``. With one
+  replica (and no other way in) the factor is 1; with two sharing the traffic
+  it is about 2, so each counts what the other most likely sent too. (In the
+  serving bench with two proxy replicas it took engine-aware PrefixHash's
+  TTFT p99 from beside LeastLoad's to below it; see bench/RESULTS.md.)
 * a request this replica sent that has no answer byte back yet (no first
   token: it waits for admission or is in its prefill) weighs ``W_PENDING``
   more, as much as a waiting one. This count is exact and never stale, and it
@@ -85,6 +93,7 @@ BYTES_PER_TOKEN = 4.0  # request body bytes per prompt token (about 4 characters
 SLACK_MAX = 16.0
 HOME_MAX_WAITING = 0.0  # a home whose engine has more requests than this waiting for admission gets no slack for its cache
 HOME_MAX_KV = 0.9  # ... nor one whose KV cache is fuller than this (the next request would wait for blocks there)
+UNSEEN_MAX = 4.0  # the change since a report counts for at most this many times this replica's own (1: not scaled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +117,16 @@ class Endpoint(Protocol):
     engine_until: float
 
 
-def engine_load(s: EngineSample, local: int) -> float:
+def engine_load(s: EngineSample, local: float) -> float:
     return max(0.0, W_WAITING * s.waiting + W_RUNNING * s.running + W_KV * s.kv + W_LOCAL * local)
+
+
+def unseen_factor(s: EngineSample, base: int) -> float:
+    """Requests reaching the engine for each one from this replica: its requests at the report over this
+    replica's in flight when the scrape began, between 1 and ``UNSEEN_MAX`` (1 with none of ours there)."""
+    if base <= 0:
+        return 1.0
+    return min(UNSEEN_MAX, max(1.0, (s.running + s.waiting) / base))
 
 
 def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
@@ -117,7 +134,10 @@ def endpoint_load(ep: Endpoint, now: float, adapter: str = "") -> float:
     s = ep.engine
     if s is None or now > ep.engine_until:
         return float(ep.in_flight)
-    load = engine_load(s, ep.in_flight - ep.in_flight_base) + W_PENDING * ep.pending + W_PREFILL * ep.pending_tokens / TOKENS_PER_LOAD
+    local = float(ep.in_flight - ep.in_flight_base)
+    if local:
+        local *= unseen_factor(s, ep.in_flight_base)
+    load = engine_load(s, local) + W_PENDING * ep.pending + W_PREFILL * ep.pending_tokens / TOKENS_PER_LOAD
     if adapter and adapter in s.adapters:
         load -= W_AFFINITY
     return load

@@ -25,8 +25,8 @@ what the engine said, in units of "running requests":
   flight when the scrape began, between 1 and ``UNSEEN_MAX``. With one
   replica (and no other way in) the factor is 1; with two sharing the traffic
   it is about 2, so each counts what the other most likely sent too. (In the
-  serving bench with two proxy replicas it took engine-aware PrefixHash's
-  TTFT p99 from beside LeastLoad's to below it; see bench/RESULTS.md.)
+  serving bench with two proxy replicas it lowered engine-aware PrefixHash's
+  TTFT p99 in both runs that compared, by less than the rounds' spread.)
 * a request this replica sent that has no answer byte back yet (no first
   token: it waits for admission or is in its prefill) weighs ``W_PENDING``
   more, as much as a waiting one. This count is exact and never stale, and it

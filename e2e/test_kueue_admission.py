@@ -134,14 +134,16 @@ def test_quota_two_run_third_waits_until_one_finishes(queue_ready):
 
 def test_priority_preempts_lower_priority_job(queue_ready):
     admin = queue_ready
-    qc = get(admin, QUEUE_CONFIG)
-    qc["spec"]["workloadPriorityClasses"] = [
+    queues = get(admin, QUEUE_CONFIG)["spec"]["clusterQueues"]
+    for cq in queues:
+        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    priorities = [
         {"metadata": {"name": "e2e-low"}, "value": 10, "description": "can wait"},
         {"metadata": {"name": "e2e-high"}, "value": 1000, "description": "urgent"},
     ]
-    for cq in qc["spec"]["clusterQueues"]:
-        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
-    r = admin.put(QUEUE_CONFIG, json=qc)
+    # a merge patch, not a PUT of what was read: the operator may write the object's status in between
+    r = admin.patch(QUEUE_CONFIG, json={"spec": {"workloadPriorityClasses": priorities, "clusterQueues": queues}},
+                    headers={"Content-Type": "application/merge-patch+json"})
     assert r.status_code == 200, r.text
     for name in ("e2e-low", "e2e-high"):
         wait_for(lambda name=name: get(admin, f"{KUEUE}/workloadpriorityclasses/{name}"), 60, f"WorkloadPriorityClass {name}")
@@ -155,6 +157,8 @@ def test_priority_preempts_lower_priority_job(queue_ready):
     watch = Watch(admin, *lows)
     wait_for(lambda: all(holds_quota(workload(admin, n)) for n in lows), 120, "both low-priority Workloads admitted")
     assert all(workload(admin, n)["spec"]["priority"] == 10 for n in lows)
+    # seen running before the high-priority job exists, so the victim's history shows it was preempted from there
+    wait_for(lambda: all(s in ("STARTING", "RUNNING") for s in watch.poll().values()), 120, "both low-priority KaiwoJobs started")
     high = submit(admin, "high", priority="e2e-high")
     watch.seen[high] = []
 

@@ -183,15 +183,20 @@ async def test_prefix_hash_keeps_a_long_conversation_where_its_prompt_is_cached(
             break
     assert short
     busy = {"a": a, "b": b}[home]
-    # that engine is now 10 running requests busier (through other replicas): well past a short prompt's worth
-    busy.metrics_body = b"vllm:num_requests_running 20\nvllm:num_requests_waiting 0\n"
-    await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.running == 20,
-                     what="the busier engine seen")
-    # the short one moves to balance the load; the long one's 10,000 cached prompt tokens keep it home
-    assert await chat_server(proxy, "pl", short, 600) != home
-    assert await chat_server(proxy, "pl", "long conversation 0", 41_000) == home
-    # past the cap on that preference, the long one moves too
+    # that engine now runs 30 more requests (through other replicas): a cached conversation's home is judged on what
+    # delays a first token, and decoding requests barely do, while a move costs the whole prefill -- both stay
     busy.metrics_body = b"vllm:num_requests_running 40\nvllm:num_requests_waiting 0\n"
     await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.running == 40,
-                     what="the much busier engine seen")
+                     what="the busier engine seen")
+    assert await chat_server(proxy, "pl", short, 500) == home
+    # its KV cache is 90 % used (it still admits): that outweighs a short prompt's prefill, not 10,000 cached tokens
+    busy.metrics_body = b"vllm:num_requests_running 40\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.9\n"
+    await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.kv == 0.9,
+                     what="the fuller engine seen")
+    assert await chat_server(proxy, "pl", short, 600) != home
+    assert await chat_server(proxy, "pl", "long conversation 0", 41_000) == home
+    # it queues: a cached prefix saves prefill, not the wait for admission, so the long one moves too
+    busy.metrics_body = b"vllm:num_requests_running 40\nvllm:num_requests_waiting 2\nvllm:kv_cache_usage_perc 0.9\n"
+    await eventually(lambda: (s := engine_of(proxy, namespace, "pl", busy)) is not None and s.waiting == 2,
+                     what="the queueing engine seen")
     assert await chat_server(proxy, "pl", "long conversation 0", 42_000) != home

@@ -11,9 +11,9 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
 from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
-    BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
+    BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, HOME_W_PENDING, HOME_W_RUNNING, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
     W_RUNNING,
-    UNSEEN_MAX, W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_slack,
+    UNSEEN_MAX, W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_load, home_slack,
 )
 
 NOW = 100.0
@@ -206,8 +206,14 @@ def _home_and_next(g: Group, key: str) -> tuple[Endpoint, Endpoint]:
     # a new key is cached nowhere: only NEW_SLACK of preference for the ring's home
     (S(running=40 + HOME_SLACK), S(running=40), S(running=41), False, "next"),
     (S(running=40 + NEW_SLACK), S(running=40), S(running=41), False, "home"),
-    # one request more than the slack: the least loaded -- not the next ring position, which is busier
-    (S(running=41 + HOME_SLACK), S(running=44), S(running=40), True, "other"),
+    # a cached key's home that runs more requests keeps it: a decoding request adds under a millisecond to a step,
+    # while moving the turn costs its whole prefill
+    (S(running=41 + HOME_SLACK), S(running=44), S(running=40), True, "home"),
+    (S(running=48, kv=0.8), S(running=40, kv=0.5), S(running=40, kv=0.5), True, "home"),
+    # a new key's home one request over NEW_SLACK: the least loaded -- not the next ring position, which is busier
+    (S(running=41 + NEW_SLACK), S(running=44), S(running=40), False, "other"),
+    # a home that no longer admits: the least loaded on the full load
+    (S(running=40, kv=0.95), S(running=44, kv=0.8), S(running=40, kv=0.5), True, "other"),
     # a waiting request weighs W_WAITING: a home with two waiting is over the slack
     (S(running=38, waiting=2), S(running=40), S(running=40), True, "next"),
     # ... and so is one waiting: a cached prefix saves prefill, not the wait for admission, so a home whose engine
@@ -216,8 +222,8 @@ def _home_and_next(g: Group, key: str) -> tuple[Endpoint, Endpoint]:
     # a KV cache fuller than HOME_MAX_KV: the next request would wait for blocks there, cached or not
     (S(running=40, kv=0.95), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "next"),
     (S(running=40, kv=HOME_MAX_KV), S(running=40, kv=0.5), S(running=41, kv=0.5), True, "home"),
-    # KubeAI's 125 % bound would keep this home (45 <= 1.25 * mean); the engine-aware slack does not
-    (S(running=45), S(running=36), S(running=38), True, "next"),
+    # KubeAI's 125 % bound would keep this new key's home (45 <= 1.25 * mean); the engine-aware slack does not
+    (S(running=45), S(running=36), S(running=38), False, "next"),
     # the least loaded by the engines' figures, even where the home is below the mean
     (S(running=10, waiting=3), S(running=30), S(running=2), True, "other"),
 ])
@@ -284,7 +290,10 @@ def test_home_slack_grows_with_the_cached_prompt():
 def test_prefix_hash_keeps_a_long_conversation_home_and_moves_a_short_one():
     g = _group(3)
     home, _ = _home_and_next(g, "long")
-    _report(g, **{k[3:]: S(running=10) for k in g.endpoints} | {home.key[3:]: S(running=10 + HOME_SLACK + 3)})
+    _report(g, **{k[3:]: S(running=10) for k in g.endpoints})
+    g.acquire(home, 2000)  # two requests of ours wait for their first token at the home: 3,000 tokens to prefill
+    g.acquire(home, 1000)
+    assert home_load(home, time.monotonic()) - 10 * HOME_W_RUNNING == pytest.approx(2 * HOME_W_PENDING + 3 * W_PREFILL)
     g._remember(hash64("long"), home.key, 16000)  # its last turn: 4,000 prompt tokens, cached at the home
     assert g.choose_prefix("long", 64, 125, "", frozenset(), 16400).endpoint is home
     g._remember(hash64("short"), home.key, 400)  # a short exchange: little to lose, so it moves
@@ -300,11 +309,11 @@ def test_prefix_hash_counts_what_this_replica_sent_since_the_scrape():
     sent = []
     for _ in range(12):  # a burst between two scrapes, no first token back yet
         sent.append(g.acquire(g.choose_prefix("tenant-4", 64, 125, "", frozenset()).endpoint))
-    each = W_LOCAL + W_PENDING
+    each = HOME_W_RUNNING * W_LOCAL + HOME_W_PENDING  # a request without a first token, as the home is compared
     first = int(HOME_SLACK // each) + 1  # the home takes what its slack allows, then the least loaded do
     assert sent[:first] == [home] * first and sent[first] is not home
     loads = [endpoint_load(e, time.monotonic()) for e in g.endpoints.values()]
-    assert max(loads) - min(loads) <= HOME_SLACK + each
+    assert max(loads) - min(loads) <= (W_LOCAL + W_PENDING) * first
     # first tokens came back for everything sent: each counts as one running request again
     for e in sent:
         g.answered(e)
@@ -368,7 +377,7 @@ def test_prefix_choice_tells_how_much_the_endpoint_caches():
     again = g.choose_prefix("conv", 64, 125, "", frozenset(), 13000)
     assert again.endpoint is first.endpoint and again.cached == 12000, "its last request's body is cached where it went"
     # a spill goes where nothing of it is cached
-    _report(g, **{first.endpoint.key[3:]: S(running=4 + SLACK_MAX + 1)})
+    _report(g, **{first.endpoint.key[3:]: S(running=4, waiting=1)})  # it queues: the cache saves no wait there
     spilled = g.choose_prefix("conv", 64, 125, "", frozenset(), 14000)
     assert spilled.endpoint is not first.endpoint and spilled.cached == 0
 
@@ -378,3 +387,17 @@ def test_admitting_table():
     assert admitting(S(running=40, kv=HOME_MAX_KV))
     assert not admitting(S(running=40, waiting=1))
     assert not admitting(S(running=40, kv=HOME_MAX_KV + 0.01))
+
+
+def test_home_load_counts_what_delays_a_first_token():
+    assert HOME_W_RUNNING < W_RUNNING and HOME_W_PENDING < W_PENDING
+    busy = ep("a", in_flight=6, sample=S(running=40, waiting=1, kv=0.5), base=4, pending=2)
+    busy.pending_tokens = 3000
+    expected = (W_WAITING + HOME_W_RUNNING * (40 + 2 * W_LOCAL) + 0.5 * W_KV + 2 * HOME_W_PENDING
+                + W_PREFILL * 3000 / TOKENS_PER_LOAD)
+    assert home_load(busy, NOW) == pytest.approx(expected)
+    # forty more decoding requests weigh HOME_W_RUNNING each; one more request of ours in prefill weighs more
+    assert home_load(ep("b", sample=S(running=80)), NOW) - home_load(ep("c", sample=S(running=40)), NOW) == 40 * HOME_W_RUNNING
+    assert home_load(ep("d", sample=S(), in_flight=1, base=1, pending=1), NOW) > home_load(ep("e", sample=S(running=1)), NOW)
+    # no fresh report: KubeAI's measure, as for every load
+    assert home_load(ep("f", in_flight=3, pending=2), NOW) == 3.0

@@ -34,7 +34,7 @@ from kaiwo_ctrl.runtime.cache.cache import Cache
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.score import admitting, endpoint_load, fresh, home_acceptable
+from kaiwo_ctrl.serving.proxy.score import admitting, endpoint_load, fresh, home_acceptable, home_load
 
 POD_SELECTOR = "app=model"
 MODEL_LABEL = "model"
@@ -164,7 +164,8 @@ class Group:
         home, best = c.endpoint, least_load(eps.values(), adapter, skip, now)
         if home is not None and best is not None and best is not home:
             worth = cached if known and admitting(home.engine if fresh(home, now) else None) else None
-            if not home_acceptable(endpoint_load(home, now, adapter), endpoint_load(best, now, adapter), worth):
+            load = endpoint_load if worth is None else home_load  # cached at an admitting home: what delays a first token
+            if not home_acceptable(load(home, now, adapter), load(best, now, adapter), worth):
                 c.endpoint = best  # a spill: the least loaded, not the next ring position (no better cached there)
         if c.endpoint is not None:
             if known and c.endpoint is last:

@@ -28,7 +28,9 @@ the engine that served the last turn has cached. Lengths are log-normal
 
 Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
 engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
-started after ``--warmup`` s in a ``--duration`` s run.
+started after ``--warmup`` s in a ``--duration`` s run. Every user starts at
+once, so the default window (15-40 s) is the ramp, while prompts are short and
+caches fill; ``--warmup 60 --duration 120`` measures steady state.
 
 ``--instrument`` adds a line per run on stderr: each engine's mean batch and
 waiting queue (and how often it had one), the mean spread of the engines'

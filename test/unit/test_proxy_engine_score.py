@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, BadMetrics, parse_engine_metrics
+from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, MAX_REQUESTS, BadMetrics, parse_engine_metrics
 from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
 from kaiwo_ctrl.serving.proxy.score import (
     BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, HOME_W_PENDING, HOME_W_RUNNING, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
@@ -401,3 +401,19 @@ def test_home_load_counts_what_delays_a_first_token():
     assert home_load(ep("d", sample=S(), in_flight=1, base=1, pending=1), NOW) > home_load(ep("e", sample=S(running=1)), NOW)
     # no fresh report: KubeAI's measure, as for every load
     assert home_load(ep("f", in_flight=3, pending=2), NOW) == 3.0
+
+
+def test_an_engine_reporting_a_huge_batch_keeps_only_what_it_caches():
+    """A model Pod that lies about its running count (the most the parse accepts) under a cached-home rule that ignores running
+    requests: it keeps the conversation it caches while it admits, gets no new key, and loses the cached one once it
+    reports a queue."""
+    g = _group(3)
+    liar, _ = _home_and_next(g, "cached")
+    _report(g, **{k[3:]: S(running=4) for k in g.endpoints} | {liar.key[3:]: S(running=MAX_REQUESTS)})
+    g._remember(hash64("cached"), liar.key, 8000)
+    assert g.choose_prefix("cached", 64, 125, "", frozenset(), 8400).endpoint is liar
+    new_keys = [f"new-{i}" for i in range(200) if g.ring.choose(f"new-{i}", g.endpoints, 0, 125).endpoint is liar]
+    assert new_keys, "some new keys hash to the liar"
+    assert all(g.choose_prefix(k, 64, 125, "", frozenset()).endpoint is not liar for k in new_keys)
+    _report(g, **{k[3:]: S(running=4) for k in g.endpoints} | {liar.key[3:]: S(running=MAX_REQUESTS, waiting=1)})
+    assert g.choose_prefix("cached", 64, 125, "", frozenset(), 8800).endpoint is not liar

@@ -3,8 +3,8 @@
 An endpoint whose engine reported recently (see :mod:`.scrape`) is scored on
 what the engine said, in units of "running requests":
 
-    load = W_WAITING * waiting + W_RUNNING * running + W_KV * kv_cache_use
-           + W_LOCAL * (in flight here now - in flight here when the scrape began)
+    load = W_WAITING * waiting + W_KV * kv_cache_use
+           + W_RUNNING * (running + W_LOCAL * (in flight here now - in flight here when the scrape began))
            + W_PENDING * (in flight here with no answer byte back yet)
            + W_PREFILL * (their prompt tokens to prefill) / TOKENS_PER_LOAD
 

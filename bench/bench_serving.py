@@ -29,8 +29,13 @@ the engine that served the last turn has cached. Lengths are log-normal
 Reported per level and strategy: TTFT p50/p99 (s), output tokens/s, and the
 engines' prefix-cache hit rate (hit tokens / prompt tokens), over the requests
 started after ``--warmup`` s in a ``--duration`` s run. Every user starts at
-once, so the default window (15-40 s) is the ramp, while prompts are short and
-caches fill; ``--warmup 60 --duration 120`` measures steady state.
+once, so the first minute is the ramp (short prompts, caches filling); the
+default window (60-120 s) is steady state, and ``--warmup 15 --duration 50``
+measures the ramp. Each level's first line says how much of the engines' KV
+cache its users' conversations need (users x their mean context). The default
+levels (64, 128) are within what four engines hold (~155 users); past it
+finished turns are evicted before the next turn and every strategy that
+balances queues alike.
 
 ``--instrument`` adds a line per run on stderr: each engine's mean batch and
 waiting queue (and how often it had one), the mean spread of the engines'
@@ -40,7 +45,7 @@ shares; ``--trace-dir`` keeps the raw samples. ``--tune`` adds engine-aware
 PrefixHash rows with scorer constants changed (``kaiwo_ctrl.serving.proxy.score``),
 to compare weights side by side in one run.
 
-    .venv/bin/python bench/bench_serving.py [--quick] [--levels 48,192] [--replicas 1,2] [--instrument]
+    .venv/bin/python bench/bench_serving.py [--quick] [--levels 64,128] [--replicas 1,2] [--rounds 3] [--instrument]
 """
 
 from __future__ import annotations
@@ -151,6 +156,21 @@ def conversation(rng: random.Random, scale: float) -> Conversation:
     first = _lognormal(rng, 2000 * scale, 0.6, 64, int(8000 * scale))
     turns = [(_lognormal(rng, 80, 0.8, 8, 600), _lognormal(rng, 220, 0.5, 16, 600)) for _ in range(rng.randint(2, 8))]
     return Conversation(first, turns)
+
+
+def kv_demand(users: int, engines: int, seed: int, scale: float) -> tuple[float, float]:
+    """(the share of the engines' KV cache ``users`` conversations need, the mean context a turn leaves cached)."""
+    from fake_engine import LLAMA31_8B_A100_40GB
+
+    rng, total, turns = random.Random(seed), 0, 0
+    for _ in range(2000):
+        conv = conversation(rng, scale)
+        ctx = conv.first + len(SYSTEM) // 4
+        for user_tokens, reply_tokens in conv.turns:
+            ctx += user_tokens + reply_tokens
+            total, turns = total + ctx, turns + 1
+    mean = total / turns
+    return users * mean / (engines * LLAMA31_8B_A100_40GB.kv_tokens), mean
 
 
 @dataclass
@@ -393,6 +413,9 @@ async def main(args: argparse.Namespace) -> None:
     t0 = time.time()
     try:
         for users in args.levels:
+            need, mean = kv_demand(users, args.engines, args.seed, args.scale)
+            print(f"# {users} users: their conversations need {need:.0%} of the engines' KV cache (a turn leaves {mean:,.0f} "
+                  f"tokens cached){'; past what the caches hold' if need > 1 else ''}", flush=True)
             runs: dict[tuple[int, str], list[dict]] = {}
             for rnd in range(args.rounds):  # rounds interleave, so drift on the machine touches every strategy alike
                 seed = args.seed + rnd  # each round its own conversations; every strategy of a round the same ones
@@ -405,7 +428,8 @@ async def main(args: argparse.Namespace) -> None:
                             continue
                         runs.setdefault((replicas, name), []).append(
                             await one_run(args, name, strategy, scrape, replicas, users, tune, seed))
-                        print(f"# {users} users, round {rnd + 1}, {replicas} proxies, {name}: done at {time.time() - t0:.0f}s",
+                        print(f"# {users} users, round {rnd + 1}, {replicas} proxies, {name}: TTFT p99 "
+                              f"{pct(runs[(replicas, name)][-1]['ttft'], 99):.3f} s, done at {time.time() - t0:.0f}s",
                               file=sys.stderr, flush=True)
             level = [{**_pool(rs), "replicas": replicas} for (replicas, _), rs in runs.items()]
             rows += level
@@ -437,9 +461,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=PROXY_PORT)
     p.add_argument("--strategy", default="LeastLoad")
     p.add_argument("--engines", type=int, default=4)
-    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[48, 192])
-    p.add_argument("--duration", type=float, default=40.0)
-    p.add_argument("--warmup", type=float, default=15.0)
+    p.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128])
+    p.add_argument("--duration", type=float, default=120.0)
+    p.add_argument("--warmup", type=float, default=60.0)
     p.add_argument("--scrape-interval", type=float, default=1.0, help="the proxy's --proxy-engine-metrics-interval (default 1 s)")
     p.add_argument("--scale", type=float, default=1.0, help="scales the first message's length")
     p.add_argument("--seed", type=int, default=1)

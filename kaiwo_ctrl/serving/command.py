@@ -71,6 +71,9 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="time from a request's first byte to the end of its head (default 30s; then 408)")
     p.add_argument("--proxy-body-idle-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_IDLE_TIMEOUT", "30s")),
                    help="longest pause between a request's body bytes (default 30s; then 408)")
+    p.add_argument("--proxy-linger-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_LINGER_TIMEOUT", "2s")),
+                   help="after refusing a request (4xx, 503), how long what the client still sends is read and dropped "
+                        "before the connection closes, so the answer is not lost to a reset (default 2s)")
     p.add_argument("--proxy-max-body-size", type=_bytes, default=_bytes(env("PROXY_MAX_BODY_SIZE", "32Mi")),
                    help="largest request body (default 32Mi, room for a 25 MB audio upload; 413, sent before the body is read)")
     p.add_argument("--proxy-body-memory", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY", "512Mi")),
@@ -99,7 +102,7 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
     """The proxy's limits as the flags set them."""
     return ProxyLimits(
         head_timeout=args.proxy_header_timeout, body_idle_timeout=args.proxy_body_idle_timeout,
-        max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
+        linger_timeout=args.proxy_linger_timeout, max_head_bytes=args.proxy_max_header_size, max_body_bytes=args.proxy_max_body_size,
         max_upstream_head_bytes=args.proxy_max_upstream_header_size, endpoint_wait=args.proxy_endpoint_wait_timeout,
         body_memory=args.proxy_body_memory, body_memory_wait=args.proxy_body_memory_wait,
         multipart_model_window=args.proxy_multipart_model_window,

@@ -129,6 +129,70 @@ async def test_oversized_chunked_body_is_413(served):
     await normal_request_works(port)
 
 
+async def upload(port: int, head: bytes, total: int) -> tuple[bytes, Exception | None]:
+    """Send ``head`` and ``total`` bytes of chunked body as fast as the server takes them, then read the answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    chunk = b"%x\r\n%b\r\n" % (64 << 10, b"z" * (64 << 10))
+    failed: Exception | None = None
+    try:
+        writer.write(head)
+        for _ in range(total // (64 << 10)):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError as e:  # reset while uploading: the server closed with bytes unread
+        failed = e
+    out = b""
+    try:
+        async with asyncio.timeout(5):
+            while data := await reader.read(65536):
+                out += data
+    except OSError as e:
+        failed = failed or e
+    finally:
+        writer.close()
+    return out, failed
+
+
+async def test_a_refused_upload_still_gets_its_413_and_is_not_reset(served):
+    # a client that uploads 16 MiB into a 1 MiB limit without reading: closing with its bytes
+    # unread would reset the connection, and the 413 could be lost; the server half-closes and
+    # drops the rest instead, so every write succeeds and the answer arrives whole
+    app, port = served
+    out, failed = await upload(port, b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 16 << 20)
+    assert failed is None
+    assert status_lines(out) == [b"HTTP/1.1 413 Request Entity Too Large"] and out.endswith(b"request body too large")
+    assert app.handled == []
+    await normal_request_works(port)
+
+
+async def test_a_client_that_keeps_sending_after_a_refusal_is_cut_off_after_the_linger_time():
+    app = Echo()
+    server = Server(app, max_body_bytes=1000, head_timeout=5, body_idle_timeout=5, linger_timeout=0.3)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert status_lines(head) == [b"HTTP/1.1 413 Request Entity Too Large"]
+        assert len(server._conns) == 1  # half-closed, dropping what comes
+
+        async def trickle() -> None:  # the client ignores the answer and sends on, a byte every 50 ms
+            with pytest.raises(OSError):
+                async with asyncio.timeout(10):
+                    while True:
+                        writer.write(b"x")
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+
+        sender = asyncio.create_task(trickle())
+        await eventually(lambda: not server._conns, timeout=5, what="the server closed the connection after its linger time")
+        await sender  # the client's writes now fail: the connection is gone, not held open by its trickle
+        writer.close()
+        assert app.handled == []
+    finally:
+        await server.close(drain_timeout=1)
+
+
 @pytest.mark.parametrize("attack", [
     # request smuggling: two framings, two lengths, a folded header, bad chunk sizes, a bare LF
     b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n",

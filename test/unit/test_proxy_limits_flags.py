@@ -18,24 +18,25 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults_are_the_documented_ones(monkeypatch):
     for var in ("PROXY_REQUEST_TIMEOUT", "PROXY_MAX_BODY_SIZE", "PROXY_BODY_MEMORY", "PROXY_ENDPOINT_WAIT_TIMEOUT",
-                "PROXY_MULTIPART_MODEL_WINDOW"):
+                "PROXY_MULTIPART_MODEL_WINDOW", "PROXY_LINGER_TIMEOUT"):
         monkeypatch.delenv(var, raising=False)
     lim = proxy_limits(parse())
     assert lim == ProxyLimits()
     assert lim.max_body_bytes >= 25_000_000 + 64 * 1024, "OpenAI's 25 MB audio uploads fit, with their form"
     assert lim.request_timeout == 1800 and lim.endpoint_wait == 600 and lim.head_timeout == 30 and lim.body_idle_timeout == 30
     assert lim.max_upstream_head_bytes == 64 << 10 and lim.body_memory == 512 << 20 and lim.body_memory_wait == 120
-    assert lim.multipart_model_window == 1 << 20
+    assert lim.multipart_model_window == 1 << 20 and lim.linger_timeout == 2
 
 
 def test_flags_set_every_limit():
     lim = proxy_limits(parse("--proxy-request-timeout", "0", "--proxy-endpoint-wait-timeout", "90s", "--proxy-header-timeout", "5s",
                              "--proxy-body-idle-timeout", "7s", "--proxy-max-body-size", "1Mi", "--proxy-max-header-size", "8Ki",
                              "--proxy-max-upstream-header-size", "16Ki", "--proxy-body-memory", "64Mi",
-                             "--proxy-body-memory-wait", "9s", "--proxy-multipart-model-window", "256Ki"))
+                             "--proxy-body-memory-wait", "9s", "--proxy-multipart-model-window", "256Ki",
+                             "--proxy-linger-timeout", "500ms"))
     assert lim == ProxyLimits(head_timeout=5, body_idle_timeout=7, max_head_bytes=8 << 10, max_body_bytes=1 << 20,
                               max_upstream_head_bytes=16 << 10, endpoint_wait=90, request_timeout=None, body_memory=64 << 20,
-                              body_memory_wait=9, multipart_model_window=256 << 10)
+                              body_memory_wait=9, multipart_model_window=256 << 10, linger_timeout=0.5)
 
 
 def test_the_multipart_model_window_reads_its_environment_variable(monkeypatch):
@@ -46,7 +47,8 @@ def test_the_multipart_model_window_reads_its_environment_variable(monkeypatch):
 
 @pytest.mark.parametrize("argv", [("--proxy-max-body-size", "lots"), ("--proxy-max-body-size", "0"),
                                   ("--proxy-header-timeout", "0"), ("--proxy-endpoint-wait-timeout", "soon"),
-                                  ("--proxy-multipart-model-window", "0"), ("--proxy-multipart-model-window", "1 MiB")])
+                                  ("--proxy-multipart-model-window", "0"), ("--proxy-multipart-model-window", "1 MiB"),
+                                  ("--proxy-linger-timeout", "0")])
 def test_bad_values_are_refused(argv):
     with pytest.raises(argparse.ArgumentError):
         parse(*argv)

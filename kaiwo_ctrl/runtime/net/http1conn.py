@@ -50,6 +50,7 @@ class _Conn(WriteFlow):
         self._stream: BodyStream | None = None  # the current request's body, streamed to its handler
         self._stream_paused = False  # reading paused until the handler takes what waits of it
         self._lingering = False  # answered before its streamed body ended: the rest is dropped, then we close
+        self._draining = False  # refused and half-closed: what still comes is dropped until the client closes
 
     # asyncio protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -58,6 +59,8 @@ class _Conn(WriteFlow):
         self._arm(_IDLE, self.server.keepalive_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._draining:
+            return
         if self._held is not None:
             self._held.append(data)  # reading is paused; at most what was already read lands here
             return
@@ -80,6 +83,7 @@ class _Conn(WriteFlow):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._draining = False
         self.server._conns.discard(self)
         self._disarm()
         if self._budget_wait:
@@ -106,6 +110,9 @@ class _Conn(WriteFlow):
 
     def _expired(self) -> None:
         self._deadline = _NEVER
+        if self._draining:
+            self.close()
+            return
         if self.closed:
             return
         if self._waiting == _IDLE:
@@ -328,7 +335,7 @@ class _Conn(WriteFlow):
                 return  # still more parsed than answered: keep the rest of the bytes held
         if self._refusal is not None:
             self.transport.write(self._refusal)
-            self.close()
+            self._drain_close()
             return
         held, self._held = self._held, None
         if held is not None:
@@ -352,12 +359,32 @@ class _Conn(WriteFlow):
                                b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(message)) + message
         if self._task is None:
             self.transport.write(answer)
-            self.close()
+            self._drain_close()
         else:
             self._refusal = answer  # read nothing more; sent once the requests before it are answered
             self._disarm()
 
+    def _drain_close(self) -> None:
+        """After a refusal: half-close and drop what comes until the client closes or ``linger_timeout``
+        passes. Closing with bytes unread resets the connection, which can lose the answer (a 413 mid-upload)."""
+        if self.closed:
+            return
+        t = self.transport
+        if not t.can_write_eof():
+            self.close()
+            return
+        self.closed = True
+        self._draining = True
+        self._held = None
+        t.write_eof()
+        t.resume_reading()
+        self._arm(_IDLE, self.server.linger_timeout)
+
     def close(self, abort: bool = False) -> None:
+        if self._draining:
+            self._draining = False
+            (self.transport.abort if abort else self.transport.close)()
+            return
         if not self.closed:
             self.closed = True
             self._disarm()

@@ -31,6 +31,9 @@ by one sweep over the connections, every second or a quarter of the shortest):
 * ``max_header_bytes`` (431, or 414 for the target alone);
 * ``max_body_bytes``: 413, before any of the body is read when the
   Content-Length announces it (and without ``100 Continue``);
+* ``linger_timeout`` (2 s): after refusing a request (4xx, 503) the server
+  half-closes and drops what the client still sends until the client closes,
+  for at most this long, so the answer is not lost to a connection reset;
 * ``body_budget``: the request bodies held across all connections
   (:mod:`kaiwo_ctrl.runtime.net.http1budget`; a streamed body counts what the
   handler holds plus what waits unread, or all of it once its handler asks to
@@ -65,9 +68,9 @@ class Server:
         self, handler: Handler, *, keepalive_timeout: float = 75.0, max_body_bytes: int = 32 << 20,
         max_header_bytes: int = 64 << 10, head_timeout: float = 30.0, body_idle_timeout: float = 30.0,
         body_budget: int | None = None, budget_wait: float = 120.0, error_response: Callable[[], Response] = plain_500,
-        stream_body: Callable[[Request], int | None] | None = None,
+        stream_body: Callable[[Request], int | None] | None = None, linger_timeout: float = 2.0,
     ) -> None:
-        self.stream_body = stream_body
+        self.stream_body, self.linger_timeout = stream_body, linger_timeout
         self.budget_wait = budget_wait
         self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20))
         self.handler, self.error_response = handler, error_response

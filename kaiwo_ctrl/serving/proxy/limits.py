@@ -33,6 +33,8 @@ class ProxyLimits:
     head_timeout: float = 30.0
     #: the longest pause between a request's body bytes (408 after)
     body_idle_timeout: float = 30.0
+    #: after a refusal (4xx, 503): what the client still sends is dropped this long, then the connection closes
+    linger_timeout: float = 2.0
     #: a request head's size (431)
     max_head_bytes: int = 64 << 10
     #: a request body's size (413, sent before the body is read): OpenAI's audio uploads go to 25 MB, plus the form

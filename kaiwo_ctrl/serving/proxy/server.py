@@ -116,7 +116,8 @@ class ProxyServer:
         lim = self.handler.limits
         return Server(dispatch, max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
                       head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
-                      budget_wait=lim.body_memory_wait, error_response=internal_error, stream_body=self.handler.stream_hold)
+                      budget_wait=lim.body_memory_wait, error_response=internal_error, stream_body=self.handler.stream_hold,
+                      linger_timeout=lim.linger_timeout)
 
     async def run(self) -> None:
         await self.handler.start()

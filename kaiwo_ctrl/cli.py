@@ -295,6 +295,14 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     from kaiwo_ctrl.settings import operator_namespace
 
     log = logging.getLogger("kaiwo_ctrl")
+    from kaiwo_ctrl.runtime.process.listeners import EXIT_LISTENER, ListenerError, check_binds
+
+    try:  # every listener this process owns binds before anything starts, or the process exits naming the flag
+        check_binds(_listeners(args))
+    except ListenerError as e:
+        log.error("listener cannot bind, exiting", extra={"flag": e.flag, "address": e.address, "error": e.reason})
+        print(f"kaiwo-ctrl {args.cmd}: {e}", file=sys.stderr)
+        return EXIT_LISTENER
     try:
         model_config = ConfigSource(getattr(args, "model_config", None))  # an invalid file stops start-up, naming the key
     except ConfigError as e:
@@ -323,6 +331,10 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         await webhooks.start()
     try:
         await run_with_manager(mgr, proxy, stop)
+    except ListenerError as e:  # taken after the start-up check (a race): same message, same exit code
+        log.error("listener cannot bind, exiting", extra={"flag": e.flag, "address": e.address, "error": e.reason})
+        print(f"kaiwo-ctrl {args.cmd}: {e}", file=sys.stderr)
+        return EXIT_LISTENER
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1
@@ -337,6 +349,17 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         if webhooks is not None:
             await webhooks.stop()
     return 0
+
+
+def _listeners(args: argparse.Namespace) -> dict[str, str | None]:
+    """Flag -> address of every listener of ``run``/``proxy`` (``0`` is off)."""
+    out = {"--health-probe-bind-address": args.health_probe_bind_address, "--metrics-bind-address": args.metrics_bind_address,
+           "--proxy-bind-address": args.proxy_bind_address}
+    if args.proxy_bind_address and args.proxy_bind_address != "0":  # the Gateway listener runs only with the proxy
+        out["--proxy-gateway-bind-address"] = args.proxy_gateway_bind_address
+    if args.cmd == "run":
+        out["--webhook-bind-address"] = args.webhook_bind_address
+    return out
 
 
 def _new_manager(args: argparse.Namespace, client: Any) -> Any:

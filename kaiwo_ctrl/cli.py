@@ -270,11 +270,14 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kaiwo_ctrl.listeners import bind_or_exit_code
     from kaiwo_ctrl.runtime.observe.logging import setup_logging
 
     from kaiwo_ctrl.runtime.process.loop import run
 
     setup_logging(args.log_level, args.log_format)
+    if (code := bind_or_exit_code(args)) is not None:  # before anything starts: exit naming the flag
+        return code
     try:
         return run(_run_async(args))
     except KeyboardInterrupt:
@@ -294,15 +297,9 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
     from kaiwo_ctrl.settings import operator_namespace
 
-    log = logging.getLogger("kaiwo_ctrl")
-    from kaiwo_ctrl.runtime.process.listeners import EXIT_LISTENER, ListenerError, check_binds
+    from kaiwo_ctrl.listeners import ListenerError, failed
 
-    try:  # every listener this process owns binds before anything starts, or the process exits naming the flag
-        check_binds(_listeners(args))
-    except ListenerError as e:
-        log.error("listener cannot bind, exiting", extra={"flag": e.flag, "address": e.address, "error": e.reason})
-        print(f"kaiwo-ctrl {args.cmd}: {e}", file=sys.stderr)
-        return EXIT_LISTENER
+    log = logging.getLogger("kaiwo_ctrl")
     try:
         model_config = ConfigSource(getattr(args, "model_config", None))  # an invalid file stops start-up, naming the key
     except ConfigError as e:
@@ -332,9 +329,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     try:
         await run_with_manager(mgr, proxy, stop)
     except ListenerError as e:  # taken after the start-up check (a race): same message, same exit code
-        log.error("listener cannot bind, exiting", extra={"flag": e.flag, "address": e.address, "error": e.reason})
-        print(f"kaiwo-ctrl {args.cmd}: {e}", file=sys.stderr)
-        return EXIT_LISTENER
+        return failed(args, e)
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1
@@ -349,17 +344,6 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         if webhooks is not None:
             await webhooks.stop()
     return 0
-
-
-def _listeners(args: argparse.Namespace) -> dict[str, str | None]:
-    """Flag -> address of every listener of ``run``/``proxy`` (``0`` is off)."""
-    out = {"--health-probe-bind-address": args.health_probe_bind_address, "--metrics-bind-address": args.metrics_bind_address,
-           "--proxy-bind-address": args.proxy_bind_address}
-    if args.proxy_bind_address and args.proxy_bind_address != "0":  # the Gateway listener runs only with the proxy
-        out["--proxy-gateway-bind-address"] = args.proxy_gateway_bind_address
-    if args.cmd == "run":
-        out["--webhook-bind-address"] = args.webhook_bind_address
-    return out
 
 
 def _new_manager(args: argparse.Namespace, client: Any) -> Any:

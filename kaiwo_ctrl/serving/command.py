@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.process.listeners import ListenerError
+from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
@@ -177,8 +176,7 @@ def _bind_error(server: ProxyServer, e: OSError) -> ListenerError:
         flag, addr = "--proxy-bind-address", server.bind
     else:
         flag, addr = "--proxy-gateway-bind-address", server.gateway_bind or ("", 0)
-    reason = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
-    return ListenerError(flag, f"{addr[0]}:{addr[1]}", reason)
+    return ListenerError(flag, f"{addr[0]}:{addr[1]}", bind_reason(e))
 
 
 async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: asyncio.Event) -> None:
@@ -204,7 +202,8 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
 
     def failed(t: asyncio.Task) -> None:
         if not t.cancelled() and t.exception() is not None:
-            log.error("proxy failed, stopping", extra={"error": str(t.exception())[:300]})
+            e = t.exception()
+            log.error("proxy failed, stopping", extra={"error": (str(e) if isinstance(e, ListenerError) else repr(e))[:300]})
             stop.set()
 
     task = asyncio.create_task(serve(), name="proxy") if server is not None else None

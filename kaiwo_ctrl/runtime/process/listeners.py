@@ -39,7 +39,8 @@ def parse_bind(flag: str, addr: str | None) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
-def _reason(e: OSError) -> str:
+def bind_reason(e: OSError) -> str:
+    """Why a bind failed, in a few words."""
     if e.errno == errno.EADDRINUSE:
         return "address already in use"
     if e.errno == errno.EADDRNOTAVAIL:
@@ -88,4 +89,4 @@ def check_binds(listeners: Mapping[str, str | None]) -> None:
         except socket.gaierror as e:
             raise ListenerError(flag, str(addr), f"cannot resolve host {bind[0]!r}: {e.strerror}") from None
         except OSError as e:
-            raise ListenerError(flag, str(addr), _reason(e)) from None
+            raise ListenerError(flag, str(addr), bind_reason(e)) from None

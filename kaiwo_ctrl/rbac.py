@@ -94,6 +94,13 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "",
+        "services",
+        ("list", "watch", "create", "delete"),
+        "serving/external.py: a Model's headless Service <model>-<uid[:6]> under proxy.mode external (informer on app=model, "
+        "create), deleted again under internal; Services the Model does not control are never touched",
+    ),
+    Rule(
+        "",
         "persistentvolumeclaims",
         ("list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "

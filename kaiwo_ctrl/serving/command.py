@@ -139,8 +139,11 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     """The proxy (unless disabled) and, with ``autoscaler``, the leader-only autoscaler.
 
     ``model_config`` (a serving ``SystemConfig``) supplies the autoscaler settings the
-    flags leave unset.
+    flags leave unset; its ``proxy.mode: external`` (KubeAI 0.23) means neither runs here.
     """
+    if getattr(model_config, "proxy_mode", "internal") == "external":
+        log.info("proxy.mode external: no proxy listener and no autoscaler in this process")
+        return None
     server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None

@@ -82,10 +82,11 @@ def _add_run_command(sub: Any) -> None:
         help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
     )
     _webhook_args(run)
-    from kaiwo_ctrl.serving.command import add_autoscaler_arguments, add_proxy_arguments
+    from kaiwo_ctrl.serving.command import add_autoscaler_arguments, add_model_controller_arguments, add_proxy_arguments
 
     add_proxy_arguments(run)
     add_autoscaler_arguments(run)
+    add_model_controller_arguments(run)
 
 
 def _add_proxy_command(sub: Any) -> None:
@@ -310,10 +311,12 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         if build is not None:
             await build(mgr, workers=args.workers, tracer=tracer)
         else:
+            from kaiwo_ctrl.serving.command import adapter_limits
+
             namespace = operator_namespace(args.leader_election_namespace)
             webhooks = await build_operator(
                 mgr, workers=args.workers, tracer=tracer, model_config=model_config,
-                webhooks=_webhook_options(args, namespace),
+                webhooks=_webhook_options(args, namespace), adapter_limits=adapter_limits(args),
             )
     # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
     proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)

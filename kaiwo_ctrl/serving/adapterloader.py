@@ -5,7 +5,11 @@ An HTTP server inside a vLLM server Pod, called by the controller:
 * ``GET /healthz`` -> 200 (the sidecar's readiness probe);
 * ``POST /load {"name", "url"}`` downloads the adapter into ``<dir>/<name>``
   (into a temporary directory first, then renamed into place, replacing an
-  older copy) with the same downloader as the cache loader;
+  older copy) with the same downloader as the cache loader. It answers at
+  once: 202 while the download runs (started by the first call), 200
+  ``{"name", "files"}`` once it is in place, 502 ``{"error"}`` once if it
+  failed (the next call starts it again). The controller polls it, so no call
+  lasts as long as a download;
 * ``POST /unload {"name"}`` removes ``<dir>/<name>``.
 
 Names must match ``^[a-z0-9-]+$`` (the Model's own rule), so nothing is
@@ -47,26 +51,49 @@ def make_app(root: Path, fetch: Callable[[str, Path], int] = download_model) -> 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def load(request: web.Request) -> web.Response:
-        body = await _body(request)
-        url = body.get("url")
-        if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
-            raise web.HTTPBadRequest(text="url must start with hf://, s3://, gs:// or oss://")
+    #: name -> (url, the download task); a finished task's result is the file count
+    loads: dict[str, tuple[str, asyncio.Task[int]]] = {}
+
+    async def _download(name: str, url: str) -> int:
         async with lock:
             tmp = Path(tempfile.mkdtemp(dir=root, prefix=".load-"))
             try:
                 files = await asyncio.to_thread(fetch, url, tmp)
-                dest = root / body["name"]
+                dest = root / name
                 if dest.exists():
                     shutil.rmtree(dest)
                 tmp.rename(dest)
-            except Exception as e:  # noqa: BLE001 - reported to the controller, which retries
+                return files
+            except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
-                return web.json_response({"error": f"{type(e).__name__}: {str(e)[:300]}"}, status=502)
-        return web.json_response({"name": body["name"], "files": files})
+                raise
+
+    async def load(request: web.Request) -> web.Response:
+        body = await _body(request)
+        name, url = body["name"], body.get("url")
+        if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
+            raise web.HTTPBadRequest(text="url must start with hf://, s3://, gs:// or oss://")
+        have = loads.get(name)
+        if have is None or have[0] != url:
+            if have is not None:
+                have[1].cancel()
+            task = asyncio.create_task(_download(name, url))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # kept for the next poll, not logged
+            loads[name] = (url, task)
+            return web.json_response({"name": name, "state": "loading"}, status=202)
+        task = have[1]
+        if not task.done():
+            return web.json_response({"name": name, "state": "loading"}, status=202)
+        if task.cancelled() or task.exception() is not None:
+            del loads[name]  # reported once; the controller's retry starts it again
+            e = task.exception() if not task.cancelled() else None
+            return web.json_response({"error": f"{type(e).__name__}: {str(e)[:300]}" if e else "cancelled"}, status=502)
+        return web.json_response({"name": name, "files": task.result()})
 
     async def unload(request: web.Request) -> web.Response:
         body = await _body(request)
+        if (have := loads.pop(body["name"], None)) is not None:
+            have[1].cancel()
         async with lock:
             await asyncio.to_thread(shutil.rmtree, root / body["name"], True)
         return web.json_response({"name": body["name"]})

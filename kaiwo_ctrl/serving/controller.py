@@ -40,7 +40,7 @@ from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
 from . import cache as cachelib
-from .adapters import SYNC_ERRORS, AdapterSync
+from .adapters import AdapterLimits, AdapterSync, new_failures
 from .admission import KueueAdmission, Quota, queue_labels
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
@@ -110,7 +110,7 @@ def bounded_replicas(spec: dict) -> int | None:
 
 
 class ModelReconciler:
-    def __init__(self, mgr: Manager, source: ConfigSource) -> None:
+    def __init__(self, mgr: Manager, source: ConfigSource, adapter_limits: AdapterLimits | None = None) -> None:
         self.mgr = mgr
         self.client = mgr.client
         self.source = source
@@ -127,7 +127,8 @@ class ModelReconciler:
         self.expectations = expectations_for(mgr)
         self.models.add_handler(self.expectations.pruner(MODELS.kind))
         self.cache = cachelib.CacheManager(self)
-        self.adapters = AdapterSync(self.client, self.expectations)
+        self.adapters = AdapterSync(self.client, self.expectations, adapter_limits,
+                                    on_done=lambda ns, name: self.controller.enqueue(Request(ns, name)))
         self.kueue = KueueAdmission(mgr)
 
     # ------------------------------------------------------------ wiring
@@ -216,9 +217,11 @@ class ModelReconciler:
         key = (MODELS.kind, req.namespace, req.name)
         model = self.expectations.view(key, self.models.get(req.name, req.namespace))
         if model is None:
+            self.adapters.forget(req.namespace, req.name)
             return None  # its expectations went with its delete event (the pruner)
         model = {**model, "metadata": dict(model["metadata"])}  # this pass's copy: cached objects are never changed
         if model["metadata"].get("deletionTimestamp"):
+            self.adapters.forget(req.namespace, req.name)
             await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None
         model = await self._sync_model_object(key, model)
@@ -260,14 +263,13 @@ class ModelReconciler:
             await self._set_status(key, model, status)
             return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
         quota = self._quota(model, pods) if queue else None
-        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota))
-        try:
-            await self.adapters.sync(model, pods)
-        except SYNC_ERRORS as e:
-            self.events.warning(model, "AdapterSyncFailed", str(e)[:1024])
-            log.warning("adapter sync failed", extra={"model": meta["name"], "error": str(e)[:300]})
-            return Result(requeue=True)
-        return None
+        # adapter loads run in the background (bounded per namespace); their end enqueues the Model
+        adapters = self.adapters.sync(model, pods)
+        for message in new_failures(model, adapters.failed):
+            self.events.warning(model, "AdapterSyncFailed", message[:1024])
+        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded,
+                                                          quota=quota, adapters=adapters))
+        return Result(requeue_after=adapters.retry_after) if adapters.retry_after else None
 
     async def _ensure_local_queue(self, model: dict, queue: str) -> str | None:
         """The LocalQueue of a Model under Kueue; an error message when it cannot be made."""
@@ -393,7 +395,7 @@ def _api_message(e: ApiError) -> str:
     return str(body.get("message") or e)[:1024]
 
 
-def setup(mgr: Manager, source: ConfigSource, workers: int = 4) -> ModelReconciler:
-    rec = ModelReconciler(mgr, source)
+def setup(mgr: Manager, source: ConfigSource, workers: int = 4, adapter_limits: AdapterLimits | None = None) -> ModelReconciler:
+    rec = ModelReconciler(mgr, source, adapter_limits)
     rec.setup(workers=workers)
     return rec

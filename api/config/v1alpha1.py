@@ -170,6 +170,15 @@ class KaiwoConfigSpec(ApiModel):
     models: KaiwoModelsConfig = field(
         default_factory=KaiwoModelsConfig, description="KubeAI Models: Kueue admission and InferencePools."
     )
+    allowed_priority_classes: list[str] | None = field(
+        None,
+        max_items=256,
+        description=(
+            "PriorityClasses and WorkloadPriorityClasses that Models, KaiwoJobs and KaiwoServices may name in "
+            "namespaces without the annotation kaiwo.silogen.ai/priority-classes (\"*\": any). Unset: any class. "
+            "system-* classes are refused outside kube-system and the operator's namespace either way."
+        ),
+    )
     data: KaiwoStorageConfigOverrides | None = field(
         None,
         description=(

@@ -35,8 +35,9 @@ from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
 from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.control.predicate import GenerationChanged
+from kaiwo_ctrl.runtime.control.predicate import AnnotationsChanged, GenerationChanged
 from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
+from kaiwo_ctrl.settings.priority import priority_policy_for
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
 from . import cache as cachelib
@@ -130,6 +131,7 @@ class ModelReconciler:
         self.adapters = AdapterSync(self.client, self.expectations, adapter_limits,
                                     on_done=lambda ns, name: self.controller.enqueue(Request(ns, name)))
         self.kueue = KueueAdmission(mgr)
+        self.priority = priority_policy_for(mgr)
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
@@ -142,6 +144,7 @@ class ModelReconciler:
         # credentials and pull secrets of the namespace: a change re-renders its Models' Pods
         c.watches(self.aim_configs, self._map_namespace, predicates=[GenerationChanged()])
         c.watches(self.priority_classes, self._map_priority_class)
+        c.watches(self.priority.namespaces, self._map_namespace_models, predicates=[AnnotationsChanged()])
         c.watches(self.kueue.workloads, self._map_workload)
         c.watches(self.kueue.settings.informer, lambda _obj: self._all_requests())
         self.controller = c
@@ -177,6 +180,11 @@ class ModelReconciler:
         meta = obj.get("metadata") or {}
         m = (meta.get("labels") or {}).get(LABEL_MODEL)
         return [Request(meta.get("namespace", ""), m)] if m else []
+
+    def _map_namespace_models(self, obj: dict) -> list[Request]:
+        """A Namespace (its priority-class allow-list): its Models."""
+        ns = (obj.get("metadata") or {}).get("name") or ""
+        return [Request(ns, m["metadata"]["name"]) for m in self.models.list(ns)] if ns else []
 
     def _map_namespace(self, obj: dict) -> list[Request]:
         ns = (obj.get("metadata") or {}).get("namespace") or ""
@@ -228,6 +236,8 @@ class ModelReconciler:
         config = self.source.current
         queue = self.kueue.queue_of(model)
         try:
+            if refused := self.priority.rules(req.namespace).check(model):
+                raise FieldError(*refused)  # the admin's allow-list: no Pod with a class not allowed here
             desired = build_pod(model, config, self.namespace_config(req.namespace), queue_labels(model, queue) if queue else None)
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))

@@ -132,6 +132,14 @@ class KaiwoModelsConfig(ApiModel):
             "run outside Kueue, as in KubeAI."
         ),
     )
+    gpu_models_under_kueue: bool = field(
+        True,
+        description=(
+            "Where a KaiwoQueueConfig exists, Models whose server Pods request GPUs and that name no queue go "
+            "through Kueue under the default ClusterQueue (models.clusterQueue, else defaultClusterQueueName). "
+            "false: such Models run outside Kueue's quota, priorities and preemption, as in KubeAI."
+        ),
+    )
     inference_pools: bool = field(
         False,
         description=(

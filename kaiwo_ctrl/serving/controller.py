@@ -42,7 +42,7 @@ from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLA
 
 from . import cache as cachelib
 from .adapters import AdapterLimits, AdapterSync, new_failures
-from .admission import KueueAdmission, Quota, queue_labels
+from .admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
@@ -238,7 +238,11 @@ class ModelReconciler:
         try:
             if refused := self.priority.rules(req.namespace).check(model):
                 raise FieldError(*refused)  # the admin's allow-list: no Pod with a class not allowed here
-            desired = build_pod(model, config, self.namespace_config(req.namespace), queue_labels(model, queue) if queue else None)
+            ns_config = self.namespace_config(req.namespace)
+            desired = build_pod(model, config, ns_config, queue_labels(model, queue) if queue else None)
+            if not queue and requests_gpus(desired.pod) and (queue := self.kueue.gpu_queue()):
+                # GPUs are quota: where a queue config exists, GPU Models go through Kueue by default
+                desired = build_pod(model, config, ns_config, queue_labels(model, queue))
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
             await self._set_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
@@ -272,6 +276,8 @@ class ModelReconciler:
             status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
             await self._set_status(key, model, status)
             return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
+        for name in await self.kueue.ungate(self.client, pods) if queue else ():
+            self.events.normal(model, "PodAdmitted", f"Kueue admitted server Pod {name}; removed gate {OPERATOR_GATE}")
         quota = self._quota(model, pods) if queue else None
         # adapter loads run in the background (bounded per namespace); their end enqueues the Model
         adapters = self.adapters.sync(model, pods)

@@ -34,32 +34,21 @@ NAME = re.compile(r"^[a-z0-9-]{1,63}$")
 URL_SCHEMES = ("hf://", "s3://", "gs://", "oss://")
 
 
-def make_app(root: Path, fetch: Callable[[str, Path], int] = download_model) -> web.Application:
-    lock = asyncio.Lock()
-    root.mkdir(parents=True, exist_ok=True)
+class _Downloads:
+    """The sidecar's downloads, one at a time, by adapter name."""
 
-    async def _body(request: web.Request) -> dict:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise web.HTTPBadRequest(text="body must be JSON") from None
-        name = body.get("name") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not NAME.match(name):
-            raise web.HTTPBadRequest(text="name must match ^[a-z0-9-]+$")
-        return body
+    def __init__(self, root: Path, fetch: Callable[[str, Path], int]) -> None:
+        self.root, self.fetch = root, fetch
+        self.lock = asyncio.Lock()
+        #: name -> (url, the download task); a finished task's result is the file count
+        self.loads: dict[str, tuple[str, asyncio.Task[int]]] = {}
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    #: name -> (url, the download task); a finished task's result is the file count
-    loads: dict[str, tuple[str, asyncio.Task[int]]] = {}
-
-    async def _download(name: str, url: str) -> int:
-        async with lock:
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=".load-"))
+    async def _download(self, name: str, url: str) -> int:
+        async with self.lock:
+            tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".load-"))
             try:
-                files = await asyncio.to_thread(fetch, url, tmp)
-                dest = root / name
+                files = await asyncio.to_thread(self.fetch, url, tmp)
+                dest = self.root / name
                 if dest.exists():
                     shutil.rmtree(dest)
                 tmp.rename(dest)
@@ -68,34 +57,60 @@ def make_app(root: Path, fetch: Callable[[str, Path], int] = download_model) -> 
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
 
-    async def load(request: web.Request) -> web.Response:
-        body = await _body(request)
-        name, url = body["name"], body.get("url")
-        if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
-            raise web.HTTPBadRequest(text="url must start with hf://, s3://, gs:// or oss://")
-        have = loads.get(name)
+    def poll(self, name: str, url: str) -> web.Response:
+        """202 while downloading (started by the first call), 200 once in place, 502 once on failure."""
+        have = self.loads.get(name)
         if have is None or have[0] != url:
             if have is not None:
                 have[1].cancel()
-            task = asyncio.create_task(_download(name, url))
+            task = asyncio.create_task(self._download(name, url))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())  # kept for the next poll, not logged
-            loads[name] = (url, task)
+            self.loads[name] = (url, task)
             return web.json_response({"name": name, "state": "loading"}, status=202)
         task = have[1]
         if not task.done():
             return web.json_response({"name": name, "state": "loading"}, status=202)
         if task.cancelled() or task.exception() is not None:
-            del loads[name]  # reported once; the controller's retry starts it again
+            del self.loads[name]  # reported once; the controller's retry starts it again
             e = task.exception() if not task.cancelled() else None
             return web.json_response({"error": f"{type(e).__name__}: {str(e)[:300]}" if e else "cancelled"}, status=502)
         return web.json_response({"name": name, "files": task.result()})
 
+    async def remove(self, name: str) -> None:
+        if (have := self.loads.pop(name, None)) is not None:
+            have[1].cancel()
+        async with self.lock:
+            await asyncio.to_thread(shutil.rmtree, self.root / name, True)
+
+
+async def _body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(text="body must be JSON") from None
+    name = body.get("name") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not NAME.match(name):
+        raise web.HTTPBadRequest(text="name must match ^[a-z0-9-]+$")
+    return body
+
+
+def make_app(root: Path, fetch: Callable[[str, Path], int] = download_model) -> web.Application:
+    root.mkdir(parents=True, exist_ok=True)
+    downloads = _Downloads(root, fetch)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def load(request: web.Request) -> web.Response:
+        body = await _body(request)
+        url = body.get("url")
+        if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
+            raise web.HTTPBadRequest(text="url must start with hf://, s3://, gs:// or oss://")
+        return downloads.poll(body["name"], url)
+
     async def unload(request: web.Request) -> web.Response:
         body = await _body(request)
-        if (have := loads.pop(body["name"], None)) is not None:
-            have[1].cancel()
-        async with lock:
-            await asyncio.to_thread(shutil.rmtree, root / body["name"], True)
+        await downloads.remove(body["name"])
         return web.json_response({"name": body["name"]})
 
     app = web.Application()

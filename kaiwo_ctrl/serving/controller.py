@@ -45,13 +45,13 @@ from .adapters import AdapterLimits, AdapterSync, new_failures
 from .admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
 from .config import ConfigSource
 from .files import configmap_name, desired_configmap
+from .modelfields import bounded_replicas, feature_labels
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
 from .rollout import plan
 from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 
 log = logging.getLogger("kaiwo_ctrl.serving.controller")
 
-FEATURE_PREFIX = "features.kubeai.org/"
 IDX_MODEL = "model"
 SELECTOR = f"{LABEL_APP}=model"
 
@@ -87,27 +87,6 @@ REJECTED_RETRY = 30.0
 
 class PodRejected(Exception):
     """The API server refused a server Pod (the message names the field)."""
-
-
-def feature_labels(model: dict) -> dict[str, str | None]:
-    """The label patch (``None`` removes) that makes feature labels match ``spec.features``."""
-    labels = model["metadata"].get("labels") or {}
-    want = {f"{FEATURE_PREFIX}{f}" for f in (model.get("spec") or {}).get("features") or []}
-    patch: dict[str, str | None] = {k: "true" for k in want if labels.get(k) != "true"}
-    patch.update({k: None for k in labels if k.startswith(FEATURE_PREFIX) and k not in want})
-    return patch
-
-
-def bounded_replicas(spec: dict) -> int | None:
-    """The replicas to write when autoscaling owns them and they are out of bounds."""
-    if spec.get("autoscalingDisabled"):
-        return None
-    cur, lo, hi = spec.get("replicas"), spec.get("minReplicas") or 0, spec.get("maxReplicas")
-    if cur is None or cur < lo:
-        return lo if cur != lo else None
-    if hi is not None and cur > hi:
-        return hi
-    return None
 
 
 class ModelReconciler:

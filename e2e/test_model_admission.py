@@ -228,6 +228,21 @@ def test_uncontended_scale_up_is_admitted_at_once(teams):
     print("\nFIGURES", json.dumps({k: round(v, 2) for k, v in FIGURES.items()}))
 
 
+def test_gpu_model_naming_no_queue_goes_through_the_default_queue(teams):
+    """Where a KaiwoQueueConfig exists, a GPU Model naming no queue is admitted by the real
+    Kueue under the default ClusterQueue, and runs only once the operator lifted its own gate."""
+    admin = teams
+    create_model(admin, "gpu-default", {})
+    pod = wait_for(lambda: [p for p in model_pods(admin, "gpu-default") if ready(p)], 120, "the GPU Model's replica Ready")[0]
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "kaiwo"
+    assert pod["metadata"]["labels"].get("kueue.x-k8s.io/managed") == "true", "Kueue's pod webhook took the Pod"
+    assert not pod["spec"].get("schedulingGates"), "both gates lifted: Kueue's and the operator's"
+    assert any(e["reason"] == "PodAdmitted" for e in events(admin, "gpu-default"))
+    wait_for(lambda: condition(model(admin, "gpu-default"), "QuotaReserved").get("status") == "True", 60, "QuotaReserved=True")
+    scale(admin, "gpu-default", 0)
+    wait_for(lambda: not model_pods(admin, "gpu-default"), 90, "gpu-default at 0 Pods (its GPUs back)")
+
+
 def test_high_priority_job_preempts_a_model_replica_which_returns(teams):
     admin = teams
     before = {p["metadata"]["name"] for p in model_pods(admin, "chat-a")}

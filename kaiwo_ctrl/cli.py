@@ -82,10 +82,11 @@ def _add_run_command(sub: Any) -> None:
         help="KubeAI-style system config for Models (YAML; re-read when it changes). Default: built-in profiles and images",
     )
     _webhook_args(run)
-    from kaiwo_ctrl.serving.command import add_autoscaler_arguments, add_proxy_arguments
+    from kaiwo_ctrl.serving.command import add_autoscaler_arguments, add_model_controller_arguments, add_proxy_arguments
 
     add_proxy_arguments(run)
     add_autoscaler_arguments(run)
+    add_model_controller_arguments(run)
 
 
 def _add_proxy_command(sub: Any) -> None:
@@ -296,7 +297,6 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
     from kaiwo_ctrl.settings import operator_namespace
-
     from kaiwo_ctrl.listeners import ListenerError, failed
 
     log = logging.getLogger("kaiwo_ctrl")
@@ -307,7 +307,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     mgr = _new_manager(args, client)
-    from kaiwo_ctrl.serving.command import run_with_manager, setup_serving
+    from kaiwo_ctrl.serving.command import adapter_limits, run_with_manager, setup_serving
 
     webhooks = None
     if args.cmd == "run":
@@ -318,7 +318,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
             namespace = operator_namespace(args.leader_election_namespace)
             webhooks = await build_operator(
                 mgr, workers=args.workers, tracer=tracer, model_config=model_config,
-                webhooks=_webhook_options(args, namespace),
+                webhooks=_webhook_options(args, namespace), adapter_limits=adapter_limits(args),
             )
     # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
     proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)

@@ -18,7 +18,8 @@ log = logging.getLogger("kaiwo_ctrl.operator")
 
 
 async def build_operator(
-    mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None, webhooks: Any = None
+    mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None, webhooks: Any = None,
+    adapter_limits: Any = None,
 ) -> Any:
     """Register everything; returns the webhook server (``None`` without
     ``webhooks`` options), which the caller starts and stops around ``mgr.run``."""
@@ -47,7 +48,7 @@ async def build_operator(
 
     # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
     source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)
-    serving.setup(mgr, source)
+    serving.setup(mgr, source, adapter_limits=adapter_limits)  # None: AdapterLimits' defaults
     from kaiwo_ctrl.serving import inferencepool
 
     # one InferencePool per Model (KaiwoConfig spec.models.inferencePools) needs the Inference Extension's CRD

@@ -132,6 +132,14 @@ class KaiwoModelsConfig(ApiModel):
             "run outside Kueue, as in KubeAI."
         ),
     )
+    gpu_models_under_kueue: bool = field(
+        True,
+        description=(
+            "Where a KaiwoQueueConfig exists, Models whose server Pods request GPUs and that name no queue go "
+            "through Kueue under the default ClusterQueue (models.clusterQueue, else defaultClusterQueueName). "
+            "false: such Models run outside Kueue's quota, priorities and preemption, as in KubeAI."
+        ),
+    )
     inference_pools: bool = field(
         False,
         description=(
@@ -178,6 +186,15 @@ class KaiwoConfigSpec(ApiModel):
     )
     models: KaiwoModelsConfig = field(
         default_factory=KaiwoModelsConfig, description="KubeAI Models: Kueue admission and InferencePools."
+    )
+    allowed_priority_classes: list[str] | None = field(
+        None,
+        max_items=256,
+        description=(
+            "PriorityClasses and WorkloadPriorityClasses that Models, KaiwoJobs and KaiwoServices may name in "
+            "namespaces without the annotation kaiwo.silogen.ai/priority-classes (\"*\": any). Unset: any class. "
+            "system-* classes are refused outside kube-system and the operator's namespace either way."
+        ),
     )
     data: KaiwoStorageConfigOverrides | None = field(
         None,

@@ -22,6 +22,9 @@ MODEL_URL_SCHEMES = ("hf://", "pvc://", "ollama://", "s3://", "gs://", "oss://")
 ADAPTER_URL_SCHEMES = ("hf://", "s3://", "gs://", "oss://")
 CACHEABLE_URL_SCHEMES = ("hf://", "s3://", "gs://", "oss://")
 MODEL_NAME_MAX = 40
+#: Most LoRA adapters one Model may list: each is loaded on every server Pod by the
+#: operator (bounded work per reconcile); KubeAI sets no bound.
+MAX_ADAPTERS = 256
 
 
 def _starts_with_any(expr: str, prefixes: tuple[str, ...]) -> str:
@@ -104,7 +107,10 @@ class ModelSpec(ApiModel):
         ),
         cel=[(_starts_with_any("self", MODEL_URL_SCHEMES), "url must start with hf://, pvc://, ollama://, s3://, gs:// or oss://")],
     )
-    adapters: list[Adapter] | None = field(None, description="LoRA adapters (engine VLLM only).")
+    adapters: list[Adapter] | None = field(
+        None, max_items=MAX_ADAPTERS,
+        description=f"LoRA adapters (engine VLLM only), at most {MAX_ADAPTERS} (KubeAI sets no bound).",
+    )
     features: list[ModelFeature] = field(
         description=(
             "APIs the model supports: TextGeneration, TextEmbedding, Reranking, SpeechToText. Required; may be empty."

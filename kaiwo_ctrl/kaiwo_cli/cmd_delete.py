@@ -7,6 +7,7 @@ import sys
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 
+from .sanitize import inert
 from .config import Defaults
 from .errors import FAILED, CliError
 from .kube import KINDS, explain, find_workload
@@ -45,7 +46,7 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
     if not args.yes and not confirm(f"Delete {label} in namespace {namespace} and everything it created?"):
         raise CliError("aborted; nothing was deleted", FAILED)
     await delete_workload(client, obj)
-    print(f"{label} deleted")
+    print(inert(f"{label} deleted"))
     return 0
 
 

@@ -7,6 +7,7 @@ import sys
 
 from kaiwo_ctrl.runtime.api.client import Client
 
+from .sanitize import inert
 from . import streams
 from .config import Defaults
 from .errors import USAGE, CliError
@@ -59,7 +60,7 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
 
     def ready(bound: list[tuple[str, int, int]]) -> None:
         for address, local, remote in bound:
-            print(f"Forwarding from {address}:{local} -> {remote} (pod {name} of {label})", flush=True)
+            print(inert(f"Forwarding from {address}:{local} -> {remote} (pod {name} of {label})"), flush=True)
         print("Press Ctrl-C to stop.", file=sys.stderr, flush=True)
 
     await streams.forward(client, namespace, name, mappings, args.address, ready)

@@ -8,6 +8,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.api.client import Client
 
+from .sanitize import inert
 from . import cmd_cluster
 from .children import admission, child_state, event_time, events_of, family, pod_state
 from .config import Defaults
@@ -61,7 +62,7 @@ def summary(obj: dict[str, Any]) -> list[str]:
     ]
     if st.get("completionTime"):
         fields.insert(8, ("Completed", st["completionTime"]))
-    return [f"{k + ':':<12}{v}" for k, v in fields]
+    return [f"{k + ':':<12}{inert(v)}" for k, v in fields]
 
 
 async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> int:
@@ -101,6 +102,6 @@ async def run(args: argparse.Namespace, client: Client, defaults: Defaults) -> i
                        f"{(e.get('involvedObject') or {}).get('kind', '').lower()}/{(e.get('involvedObject') or {}).get('name', '')}",
                        e.get("message", "")] for e in events]) if events else "  (none)")
     if fam.skipped:
-        out += ["", f"Not shown: {', '.join(fam.skipped)}"]
+        out += ["", inert(f"Not shown: {', '.join(fam.skipped)}")]
     print("\n".join(out))
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 
+from .sanitize import inert
 from . import config
 from .config import Defaults
 from .errors import CliError
@@ -118,7 +119,7 @@ async def run(args: argparse.Namespace, client: Client | None, defaults: Default
     except ApiError as e:
         raise explain(e, client, what=what) from None
     name = created["metadata"]["name"]
-    print(f"{kind.lower()}/{name} created in namespace {meta['namespace']}")
+    print(inert(f"{kind.lower()}/{name} created in namespace {meta['namespace']}"))
     if not args.wait:
         return 0
     return await follow(client, kind, meta["namespace"], name, until=args.until, timeout=args.timeout)

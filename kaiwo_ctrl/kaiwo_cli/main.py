@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from kaiwo_ctrl.runtime.process import loop
 from kaiwo_ctrl.runtime.api.client import ApiError
 
+from .sanitize import inert
 from . import (
     cmd_delete,
     cmd_exec,
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> int:
     defaults = config.resolve(getattr(args, "workload_dir", None))
     for w in defaults.warnings:
-        print(f"kaiwo: warning: {w}", file=sys.stderr)
+        print(f"kaiwo: warning: {inert(w)}", file=sys.stderr)
     if getattr(args, "offline", None) and args.offline(args):
         return await args.run(args, None, defaults)
     client = await connect(args.kubeconfig, args.context)
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return loop.run(_run(args))
     except CliError as e:
-        print(f"kaiwo: error: {e.message}", file=sys.stderr)
+        print(f"kaiwo: error: {inert(e.message, layout=True)}", file=sys.stderr)  # may quote the API server
         return e.code
     except KeyboardInterrupt:
         print("kaiwo: interrupted", file=sys.stderr)

@@ -3,6 +3,8 @@
 Tables are left-aligned columns separated by three spaces with an upper-case
 header, as ``kubectl get`` prints them, so ``awk``/``column``/``grep`` work.
 Colour is used only when stdout is a TTY, and never when ``NO_COLOR`` is set.
+Every cell and painted text is made inert first (:mod:`.sanitize`): what the
+server sends is never executed by the terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 import yaml
+
+from .sanitize import Styled, inert
 
 _COLOURS = {"green": "32", "red": "31", "yellow": "33", "blue": "34", "dim": "2", "bold": "1"}
 STATUS_COLOURS = {
@@ -37,8 +41,8 @@ def use_colour(stream: IO[str] | None = None) -> bool:
 
 def paint(text: str, colour: str, stream: IO[str] | None = None) -> str:
     if not colour or not use_colour(stream):
-        return text
-    return f"\033[{_COLOURS[colour]}m{text}\033[0m"
+        return inert(text)
+    return Styled(f"\033[{_COLOURS[colour]}m{inert(text)}\033[0m")
 
 
 def status_text(status: str | None, stream: IO[str] | None = None) -> str:
@@ -48,7 +52,7 @@ def status_text(status: str | None, stream: IO[str] | None = None) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Aligned columns; width counts visible characters (colour codes excluded)."""
-    cells = [[str(h).upper() for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    cells = [[str(h).upper() for h in headers]] + [["" if c is None else inert(c) for c in r] for r in rows]
     widths = [max(_visible_len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for r in cells:

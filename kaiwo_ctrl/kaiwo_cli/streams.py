@@ -23,6 +23,7 @@ from kaiwo_ctrl.runtime.api.client import ApiError, Client, Resource
 from kaiwo_ctrl.runtime.api.transport import Transport
 from kaiwo_ctrl.runtime.api.resources import PODS
 
+from .sanitize import inert
 from . import channels as ch
 from .errors import FAILED, FORBIDDEN, NO_CLUSTER, NOT_FOUND, CliError
 
@@ -212,7 +213,7 @@ async def forward(client: Client, namespace: str, pod: str, mappings: list[tuple
                 problem = getattr(e, "message", str(e))
                 writer.close()
             if problem:
-                print(f"kaiwo: port-forward to {pod}:{remote}: {problem.strip()}", file=sys.stderr)
+                print(inert(f"kaiwo: port-forward to {pod}:{remote}: {problem.strip()}"), file=sys.stderr)
         return on_connect
 
     servers = []

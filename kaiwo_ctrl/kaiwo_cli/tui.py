@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -31,6 +32,7 @@ from kaiwo_ctrl.runtime.api.resources import PODS
 from . import channels as ch
 from . import cmd_list, gpustats, streams, views
 from .children import workload_pods
+from .sanitize import Styled, inert
 from .cmd_delete import delete_workload
 from .cmd_logs import containers, log_lines, not_running
 from .cmd_port_forward import parse_ports
@@ -129,12 +131,16 @@ class ManageApp(App[int]):
     def out(self) -> RichLog:
         return self.query_one(RichLog)
 
+    def say(self, text: str) -> None:
+        """A line of ours, quoting the server: made inert (logs and exec output are written raw)."""
+        self.out.write(inert(text, layout=True))
+
     # ------------------------------------------------------------ the table
     async def reload(self) -> None:
         try:
             found = await cmd_list.fetch(self.client, self.options.namespace)
         except Exception as e:  # noqa: BLE001 - shown, and the next refresh tries again
-            self.query_one("#status", Static).update(f"cannot list workloads: {e}")
+            self.query_one("#status", Static).update(Text(inert(f"cannot list workloads: {e}")))
             return
         mine = cmd_list.select(found, self.options.user, None)
         self.items = {f"{o['kind']}/{o['metadata']['name']}": o for o in mine}
@@ -147,10 +153,11 @@ class ManageApp(App[int]):
         table.clear()
         _, rows = cmd_list.rows(list(self.items.values()), False, False)
         for key, row in zip(self.items, rows):
-            cells = [str(c) for c in row[:6]]
+            cells = [inert(c) for c in row[:6]]
             if wanted and not any(wanted in c.lower() for c in cells[:3]):
                 continue
-            table.add_row(*cells, key=key)
+            # Text: no markup read from the server's strings; our own colour codes become styles
+            table.add_row(*(Text.from_ansi(c) if isinstance(c, Styled) else Text(c) for c in cells), key=key)
         if selected is not None and selected in table.rows:
             table.move_cursor(row=table.get_row_index(selected))
         who = self.options.user or "every user"
@@ -168,7 +175,7 @@ class ManageApp(App[int]):
         key = self.selected_key()
         obj = self.items.get(key) if key else None
         if obj is None:
-            self.out.write("no workload selected")
+            self.say("no workload selected")
         return obj
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -195,7 +202,7 @@ class ManageApp(App[int]):
             try:
                 await job()
             except CliError as e:
-                self.out.write(f"{what}: {e.message}")
+                self.say(f"{what}: {e.message}")
         self.run_worker(guarded(), group=group, exclusive=group == "view")
 
     def action_logs(self, follow: bool = False) -> None:
@@ -207,14 +214,14 @@ class ManageApp(App[int]):
         async def job() -> None:
             pods = await workload_pods(self.client, obj)
             if not pods:
-                self.out.write(f"{obj['metadata']['name']}: no pods yet")
+                self.say(f"{obj['metadata']['name']}: no pods yet")
             for pod in pods[:1] if follow else pods:
                 why = not_running(pod)
                 for c in [] if why else containers(pod, None):
                     async for line in log_lines(self.client, pod, c, follow, None if follow else 200):
                         self.out.write(f"[{pod['metadata']['name']}/{c}] {line}")
                 if why:
-                    self.out.write(why)
+                    self.say(why)
         self._run("logs", self._api(job))
 
     def action_follow(self) -> None:
@@ -258,7 +265,7 @@ class ManageApp(App[int]):
         for rest in pending.values():
             if rest:
                 self.out.write(rest.decode(errors="replace"))
-        self.out.write(f"[exit code {code}] {' '.join(command)} in {pod['metadata']['name']}/{container}")
+        self.say(f"[exit code {code}] {' '.join(command)} in {pod['metadata']['name']}/{container}")
 
     def action_shell(self) -> None:
         obj = self.selected()
@@ -270,7 +277,7 @@ class ManageApp(App[int]):
             with self.suspend():
                 subprocess.run(argv, check=False)
         except Exception as e:  # noqa: BLE001 - e.g. SuspendNotSupported when headless
-            self.out.write(f"shell: cannot hand the terminal over here ({type(e).__name__}); "
+            self.say(f"shell: cannot hand the terminal over here ({type(e).__name__}); "
                            f"run: kaiwo exec {workload_ref(obj)} -it --command sh")
 
     @work
@@ -284,7 +291,7 @@ class ManageApp(App[int]):
         try:
             mappings = parse_ports(spec.split())
         except CliError as e:
-            self.out.write(f"port-forward: {e.message}")
+            self.say(f"port-forward: {e.message}")
             return
         ns = obj["metadata"]["namespace"]
 
@@ -294,7 +301,7 @@ class ManageApp(App[int]):
 
             def ready(bound: list[tuple[str, int, int]]) -> None:
                 for address, local, remote in bound:
-                    self.out.write(f"Forwarding from {address}:{local} -> {remote} (pod {pod['metadata']['name']}); x stops")
+                    self.say(f"Forwarding from {address}:{local} -> {remote} (pod {pod['metadata']['name']}); x stops")
             await streams.forward(self.client, ns, pod["metadata"]["name"], mappings, "127.0.0.1", ready)
         task = asyncio.ensure_future(self._api(job)())
         task.add_done_callback(lambda t: self._forward_done(t))
@@ -305,12 +312,12 @@ class ManageApp(App[int]):
         if task in self.forwards:
             self.forwards.remove(task)
         if not task.cancelled() and isinstance(task.exception(), CliError):
-            self.out.write(f"port-forward: {task.exception().message}")  # type: ignore[union-attr]
+            self.say(f"port-forward: {task.exception().message}")  # type: ignore[union-attr]
 
     def action_stop_forwards(self) -> None:
         for t in list(self.forwards):
             t.cancel()
-        self.out.write("port-forwards stopped")
+        self.say("port-forwards stopped")
 
     def action_monitor(self) -> None:
         obj = self.selected()
@@ -324,9 +331,9 @@ class ManageApp(App[int]):
                 pods = [p["metadata"]["name"] for p in await workload_pods(self.client, obj)]
                 samples = gpustats.for_pods(gpustats.parse_utilisation(await views.scrape(self.client, url)), ns, pods)
                 self.out.clear()
-                self.out.write(f"GPU utilisation of {workload_ref(obj)} (every {self.options.refresh:g}s; l/f/m switch)")
+                self.say(f"GPU utilisation of {workload_ref(obj)} (every {self.options.refresh:g}s; l/f/m switch)")
                 for pod, container, gpu, util in gpustats.monitor_rows(samples) or [["(no GPU samples)", "", "", ""]]:
-                    self.out.write(f"  {pod:<40} {container:<12} {gpu:<12} {util:>7}")
+                    self.say(f"  {pod:<40} {container:<12} {gpu:<12} {util:>7}")
                 await asyncio.sleep(self.options.refresh)
         self._run("monitor", self._api(job))
 
@@ -338,12 +345,12 @@ class ManageApp(App[int]):
         label = workload_ref(obj)
         if not await self.push_screen_wait(Confirm(f"Delete {label} in {obj['metadata']['namespace']} "
                                                    "and everything it created?")):
-            self.out.write(f"{label}: not deleted")
+            self.say(f"{label}: not deleted")
             return
 
         async def job() -> None:
             await delete_workload(self.client, obj)
-            self.out.write(f"{label} deleted")
+            self.say(f"{label} deleted")
             await self.reload()
         self._run("delete", self._api(job), group="delete")
 

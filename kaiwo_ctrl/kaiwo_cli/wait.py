@@ -10,6 +10,7 @@ from typing import Any
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.api.resources import EVENTS
 
+from .sanitize import inert
 from .errors import FAILED, NOT_FOUND, TIMEOUT, CliError
 from .kube import KINDS, explain
 from .output import human_duration, status_text
@@ -46,10 +47,10 @@ class Progress:
 
     def show(self, obj: dict[str, Any]) -> None:
         status = _status(obj) or "NEW"
-        text = f"{self.label}: {status_text(status, sys.stderr)}"
+        text = f"{inert(self.label)}: {status_text(status, sys.stderr)}"
         info = detail(obj)
         if info:
-            text += f" ({info})"
+            text += f" ({inert(info)})"
         if self.tty:
             elapsed = human_duration(time.monotonic() - self.t0)
             sys.stderr.write(f"\r\033[K{text} [{elapsed}]")
@@ -75,14 +76,14 @@ async def follow(client: Client, kind: str, namespace: str, name: str, *, until:
         progress.end()
     status = _status(obj)
     if status in UP | SUCCESS:
-        print(f"{kind.lower()}/{name} {status}")
+        print(inert(f"{kind.lower()}/{name} {status}"))
         return 0
     if status not in FAILURE:
         raise CliError(f"{kind.lower()}/{name} is still {status or 'NEW'} after {timeout:g}s", TIMEOUT)
     reasons = [f"{c.get('type')}: {c.get('message')}" for c in (obj.get("status") or {}).get("conditions") or []
                if c.get("status") != "True" and c.get("message")]
     reasons += await _warnings(client, namespace, obj)
-    msg = f"{kind.lower()}/{name} {status}" + "".join(f"\n  {r}" for r in reasons)
+    msg = inert(f"{kind.lower()}/{name} {status}") + "".join(f"\n  {inert(r)}" for r in reasons)
     print(msg, file=sys.stderr)
     return FAILED
 

@@ -135,6 +135,32 @@ def add_autoscaler_arguments(p: argparse.ArgumentParser) -> None:
                    help="name the replicas' metrics certificates must carry (default: chain verified only)")
 
 
+def add_model_controller_arguments(p: argparse.ArgumentParser) -> None:
+    """Bulkheads of the Model controller's calls to tenants' Pods (LoRA adapter loads)."""
+    env = os.environ.get
+    p.add_argument("--adapter-call-timeout", type=_positive_seconds, default=_positive_seconds(env("ADAPTER_CALL_TIMEOUT", "10s")),
+                   help="longest call to a model Pod's vLLM server or adapter-loader sidecar (downloads are polled)")
+    p.add_argument("--adapter-calls-per-namespace", type=_positive_int, default=_positive_int(env("ADAPTER_CALLS_PER_NAMESPACE", "2")),
+                   help="calls to one namespace's model Pods in flight at once (adapter loads run off the reconcile path)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return n
+
+
+def adapter_limits(args: argparse.Namespace) -> Any:
+    """The adapter loads' limits as the flags set them."""
+    from kaiwo_ctrl.serving.adapters import AdapterLimits
+
+    return AdapterLimits(call_timeout=args.adapter_call_timeout, per_namespace=args.adapter_calls_per_namespace)
+
+
 def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, model_config: Any = None) -> ProxyServer | None:
     """The proxy (unless disabled) and, with ``autoscaler``, the leader-only autoscaler.
 

@@ -35,23 +35,24 @@ from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
 from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.control.predicate import GenerationChanged
+from kaiwo_ctrl.runtime.control.predicate import AnnotationsChanged, GenerationChanged
 from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
+from kaiwo_ctrl.settings.priority import priority_policy_for
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
 from . import cache as cachelib
-from .adapters import SYNC_ERRORS, AdapterSync
-from .admission import KueueAdmission, Quota, queue_labels
+from .adapters import AdapterLimits, AdapterSync, new_failures
+from .admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
 from .config import ConfigSource
 from .external import ExternalMode
 from .files import configmap_name, desired_configmap
+from .modelfields import bounded_replicas, feature_labels
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
 from .rollout import plan
 from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 
 log = logging.getLogger("kaiwo_ctrl.serving.controller")
 
-FEATURE_PREFIX = "features.kubeai.org/"
 IDX_MODEL = "model"
 SELECTOR = f"{LABEL_APP}=model"
 
@@ -89,29 +90,8 @@ class PodRejected(Exception):
     """The API server refused a server Pod (the message names the field)."""
 
 
-def feature_labels(model: dict) -> dict[str, str | None]:
-    """The label patch (``None`` removes) that makes feature labels match ``spec.features``."""
-    labels = model["metadata"].get("labels") or {}
-    want = {f"{FEATURE_PREFIX}{f}" for f in (model.get("spec") or {}).get("features") or []}
-    patch: dict[str, str | None] = {k: "true" for k in want if labels.get(k) != "true"}
-    patch.update({k: None for k in labels if k.startswith(FEATURE_PREFIX) and k not in want})
-    return patch
-
-
-def bounded_replicas(spec: dict) -> int | None:
-    """The replicas to write when autoscaling owns them and they are out of bounds."""
-    if spec.get("autoscalingDisabled"):
-        return None
-    cur, lo, hi = spec.get("replicas"), spec.get("minReplicas") or 0, spec.get("maxReplicas")
-    if cur is None or cur < lo:
-        return lo if cur != lo else None
-    if hi is not None and cur > hi:
-        return hi
-    return None
-
-
 class ModelReconciler:
-    def __init__(self, mgr: Manager, source: ConfigSource) -> None:
+    def __init__(self, mgr: Manager, source: ConfigSource, adapter_limits: AdapterLimits | None = None) -> None:
         self.mgr = mgr
         self.client = mgr.client
         self.source = source
@@ -128,9 +108,11 @@ class ModelReconciler:
         self.expectations = expectations_for(mgr)
         self.models.add_handler(self.expectations.pruner(MODELS.kind))
         self.cache = cachelib.CacheManager(self)
-        self.adapters = AdapterSync(self.client, self.expectations)
+        self.adapters = AdapterSync(self.client, self.expectations, adapter_limits,
+                                    on_done=lambda ns, name: self.controller.enqueue(Request(ns, name)))
         self.kueue = KueueAdmission(mgr)
         self.external = ExternalMode(mgr, source, SELECTOR)  # proxy.mode: headless Services, ScaleFromZero
+        self.priority = priority_policy_for(mgr)
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
@@ -144,6 +126,7 @@ class ModelReconciler:
         # credentials and pull secrets of the namespace: a change re-renders its Models' Pods
         c.watches(self.aim_configs, self._map_namespace, predicates=[GenerationChanged()])
         c.watches(self.priority_classes, self._map_priority_class)
+        c.watches(self.priority.namespaces, self._map_namespace_models, predicates=[AnnotationsChanged()])
         c.watches(self.kueue.workloads, self._map_workload)
         c.watches(self.kueue.settings.informer, lambda _obj: self._all_requests())
         self.controller = c
@@ -179,6 +162,11 @@ class ModelReconciler:
         meta = obj.get("metadata") or {}
         m = (meta.get("labels") or {}).get(LABEL_MODEL)
         return [Request(meta.get("namespace", ""), m)] if m else []
+
+    def _map_namespace_models(self, obj: dict) -> list[Request]:
+        """A Namespace (its priority-class allow-list): its Models."""
+        ns = (obj.get("metadata") or {}).get("name") or ""
+        return [Request(ns, m["metadata"]["name"]) for m in self.models.list(ns)] if ns else []
 
     def _map_namespace(self, obj: dict) -> list[Request]:
         ns = (obj.get("metadata") or {}).get("namespace") or ""
@@ -219,9 +207,11 @@ class ModelReconciler:
         key = (MODELS.kind, req.namespace, req.name)
         model = self.expectations.view(key, self.models.get(req.name, req.namespace))
         if model is None:
+            self.adapters.forget(req.namespace, req.name)
             return None  # its expectations went with its delete event (the pruner)
         model = {**model, "metadata": dict(model["metadata"])}  # this pass's copy: cached objects are never changed
         if model["metadata"].get("deletionTimestamp"):
+            self.adapters.forget(req.namespace, req.name)
             await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None
         model = await self._sync_model_object(key, model)
@@ -229,7 +219,13 @@ class ModelReconciler:
         config = self.source.current
         queue = self.kueue.queue_of(model)
         try:
-            desired = build_pod(model, config, self.namespace_config(req.namespace), queue_labels(model, queue) if queue else None)
+            if refused := self.priority.rules(req.namespace).check(model):
+                raise FieldError(*refused)  # the admin's allow-list: no Pod with a class not allowed here
+            ns_config = self.namespace_config(req.namespace)
+            desired = build_pod(model, config, ns_config, queue_labels(model, queue) if queue else None)
+            if not queue and requests_gpus(desired.pod) and (queue := self.kueue.gpu_queue()):
+                # GPUs are quota: where a queue config exists, GPU Models go through Kueue by default
+                desired = build_pod(model, config, ns_config, queue_labels(model, queue))
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
             await self._set_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
@@ -263,15 +259,16 @@ class ModelReconciler:
             status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
             await self._set_status(key, model, status)
             return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
+        for name in await self.kueue.ungate(self.client, pods) if queue else ():
+            self.events.normal(model, "PodAdmitted", f"Kueue admitted server Pod {name}; removed gate {OPERATOR_GATE}")
         quota = self._quota(model, pods) if queue else None
-        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota))
-        try:
-            await self.adapters.sync(model, pods)
-        except SYNC_ERRORS as e:
-            self.events.warning(model, "AdapterSyncFailed", str(e)[:1024])
-            log.warning("adapter sync failed", extra={"model": meta["name"], "error": str(e)[:300]})
-            return Result(requeue=True)
-        return None
+        # adapter loads run in the background (bounded per namespace); their end enqueues the Model
+        adapters = self.adapters.sync(model, pods)
+        for message in new_failures(model, adapters.failed):
+            self.events.warning(model, "AdapterSyncFailed", message[:1024])
+        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded,
+                                                          quota=quota, adapters=adapters))
+        return Result(requeue_after=adapters.retry_after) if adapters.retry_after else None
 
     async def _ensure_local_queue(self, model: dict, queue: str) -> str | None:
         """The LocalQueue of a Model under Kueue; an error message when it cannot be made."""
@@ -397,7 +394,7 @@ def _api_message(e: ApiError) -> str:
     return str(body.get("message") or e)[:1024]
 
 
-def setup(mgr: Manager, source: ConfigSource, workers: int = 4) -> ModelReconciler:
-    rec = ModelReconciler(mgr, source)
+def setup(mgr: Manager, source: ConfigSource, workers: int = 4, adapter_limits: AdapterLimits | None = None) -> ModelReconciler:
+    rec = ModelReconciler(mgr, source, adapter_limits)
     rec.setup(workers=workers)
     return rec

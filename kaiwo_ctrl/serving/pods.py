@@ -29,6 +29,7 @@ import orjson
 from kaiwo_ctrl.aim.credentials import Additions, for_model, pull_secrets
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
+from .admission import OPERATOR_GATE
 from .config import SystemConfig
 from .engines import ENGINES, MODEL_DIR, PORT, EngineInput
 from .files import files_volume
@@ -175,6 +176,10 @@ def _finish(pod: dict[str, Any], name: str, ns: str, pods_cfg: dict[str, Any], k
     md["namespace"] = ns
     md["generateName"] = f"model-{name}-{h}-"
     md.setdefault("labels", {})[LABEL_POD_HASH] = h
+    if kueue:  # the operator's own gate, after the hash (Pods made before it existed do not roll)
+        gates = pod["spec"].setdefault("schedulingGates", [])
+        if not any(g.get("name") == OPERATOR_GATE for g in gates):
+            gates.append({"name": OPERATOR_GATE})
     return DesiredPod(pod, h)
 
 

@@ -23,7 +23,7 @@ from kaiwo_ctrl.aim.effective import effective_by_namespace
 from .admission import model_queue, queue_labels
 from .cache import desired_pvc, loader_job
 from .config import SystemConfig
-from .controller import bounded_replicas
+from .modelfields import bounded_replicas
 from .files import desired_configmap
 from .pods import build_pod
 

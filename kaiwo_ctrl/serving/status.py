@@ -7,6 +7,11 @@ explain what the controller is doing:
   unknown resource profile, a missing cache profile, a failing JSON patch).
 * ``CacheLoaded``: only with a cache profile; True once the loader finished,
   False/``LoaderFailed`` naming the Job when the loader Job failed.
+* ``AdaptersLoaded``: only for a Model with adapters (or a Pod still carrying
+  one): False/``Loading`` naming the adapters and Pods being synced,
+  False/``LoadFailed`` naming the adapter, the Pod and the error (retried with
+  a backoff), ``Waiting`` while a loader sidecar is not Ready, True once every
+  server Pod has them. Adapters never change ``Ready`` (the base model serves).
 * ``Ready``: True when at least ``spec.replicas`` Pods are Ready.
 * ``QuotaReserved``: only for a Model under Kueue (:mod:`.admission`); False
   with Kueue's message while a replica waits for quota (or its LocalQueue
@@ -33,12 +38,14 @@ from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
 
+from .adapters import AdapterState
 from .admission import Quota, is_gated
 from .rollout import is_finished, is_ready, is_terminating
 
 CONFIG_VALID = "ConfigValid"
 CACHE_LOADED = "CacheLoaded"
 QUOTA_RESERVED = "QuotaReserved"
+ADAPTERS_LOADED = "AdaptersLoaded"
 READY = "Ready"
 MESSAGE_MAX = 1024
 
@@ -57,6 +64,7 @@ def desired_status(
     pod_error: str | None = None,
     cache_error: str | None = None,
     quota: Quota | None = None,
+    adapters: AdapterState | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The status to write. ``pods=None`` keeps the current counts (not refreshed
@@ -85,6 +93,8 @@ def desired_status(
         remove_condition(conds, QUOTA_RESERVED)
     else:
         set_condition(conds, QUOTA_RESERVED, quota.status, quota.reason, quota.message[:MESSAGE_MAX], gen, now)
+    if adapters is not None:
+        _adapters_condition(conds, adapters, gen, now)
     want = (model.get("spec") or {}).get("replicas") or 0
     ready = (status.get("replicas") or {}).get("ready") or 0
     if config_error:
@@ -103,6 +113,22 @@ def desired_status(
     else:
         set_condition(conds, READY, "False", "PodsNotReady", f"{ready}/{want} Pods ready", gen, now)
     return status
+
+
+def _adapters_condition(conds: list[dict[str, Any]], a: AdapterState, gen: int, now: datetime) -> None:
+    def listed(items: list[str]) -> str:
+        return "; ".join(items[:5]) + (f"; and {len(items) - 5} more" if len(items) > 5 else "")
+
+    if not a.wanted:
+        remove_condition(conds, ADAPTERS_LOADED)
+    elif a.failed:
+        set_condition(conds, ADAPTERS_LOADED, "False", "LoadFailed", listed(a.failed)[:MESSAGE_MAX], gen, now)
+    elif a.loading:
+        set_condition(conds, ADAPTERS_LOADED, "False", "Loading", ("loading " + listed(a.loading))[:MESSAGE_MAX], gen, now)
+    elif a.waiting:
+        set_condition(conds, ADAPTERS_LOADED, "False", "Waiting", f"{a.waiting} Pod(s) wait for their loader sidecar to be Ready", gen, now)
+    else:
+        set_condition(conds, ADAPTERS_LOADED, "True", "Loaded", "", gen, now)
 
 
 def too_deep_status(stub: Mapping[str, Any], path: str) -> dict[str, Any] | None:

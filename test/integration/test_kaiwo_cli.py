@@ -242,6 +242,31 @@ async def test_status_shows_conditions_admission_objects_and_events(operator, ad
     assert as_json["metadata"]["uid"] == job["metadata"]["ownerReferences"][0]["uid"]
 
 
+async def test_status_prints_escape_sequences_of_a_tenants_event_inert(admin, namespace, kc, home):
+    """Attack: a tenant who may create Events writes terminal control sequences (set the
+    window title, clear the screen, a C1 CSI, a bidi override) into one about a workload;
+    the admin's `kaiwo status` prints them as visible text, and the terminal gets no control
+    character but newlines."""
+    r = await kaiwo(kc, "submit", "--name", "evil", "-i", "busybox", home=home)
+    assert r.rc == 0, r.err
+    uid = kaiwojob(admin, namespace, "evil")["metadata"]["uid"]
+    payload = "\x1b]0;pwned\x07\x1b[2J\x9b31mred\u202eevil\rover"
+    event = {"metadata": {"name": "evil.1", "namespace": namespace},
+             "involvedObject": {"kind": "KaiwoJob", "apiVersion": "kaiwo.silogen.ai/v1alpha1", "name": "evil",
+                                "namespace": namespace, "uid": uid},
+             "reason": "Evil\x1b[8m", "message": payload, "type": "Warning", "count": 1,
+             "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+             "source": {"component": "tenant"}}
+    r2 = admin.post(f"/api/v1/namespaces/{namespace}/events", json=event)
+    assert r2.status_code == 201, r2.text
+    run = await kaiwo(kc, "status", "evil", home=home)
+    assert run.rc == 0, run.err
+    out = run.out
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31mred\\u202eevil\\x0dover" in out  # shown, escaped
+    assert "Evil\\x1b[8m" in out
+    assert not [c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f or c == "\u202e"]
+
+
 # ----------------------------------------------------------------------------- delete and errors
 
 

@@ -3,6 +3,7 @@ sidecar app, and a fake vLLM HTTP server recording its calls, on a loopback addr
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from kaiwo_ctrl.serving.adapterloader import make_app
 from kaiwo_ctrl.serving.adapters import url_hash
 from test_serving_support import (  # noqa: F401 - fixtures
     MERGE,
+    condition,
     create_model,
     eventually,
+    get_model,
     list_pods,
     patch_model,
     serving_op,
@@ -110,3 +113,80 @@ async def test_adapters_loaded_and_unloaded_live(serving_op, admin, namespace, t
     finally:
         for r in runners:
             await r.cleanup()
+
+
+class Hanging:
+    """A model Pod's ports that accept connections and never answer; records who
+    connected and how many connections were open at once."""
+
+    def __init__(self) -> None:
+        self.open = self.peak = self.total = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        self.total += 1
+        self.peak = max(self.peak, self.open)
+        try:
+            while await reader.read(65536):  # until the caller gives up and closes
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def _run_pod(admin, ns: str, pod: dict, host: str, port: int) -> None:
+    """The Pod "runs" on ``host``, its server and loader ports both at ``port``, loader Ready."""
+    name = pod["metadata"]["name"]
+    r = admin.patch(f"/api/v1/namespaces/{ns}/pods/{name}", headers=MERGE, json={"metadata": {"annotations": {
+        "model-pod-port": str(port), "adapter-loader-port": str(port)}}})
+    assert r.status_code == 200, r.text
+    status = {"podIP": host, "podIPs": [{"ip": host}], "phase": "Running", "containerStatuses": [
+        {"name": n, "ready": True, "restartCount": 0, "image": "x", "imageID": "", "state": {"running": {}}}
+        for n in ("server", "loader")]}
+    r = admin.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", headers=MERGE, json={"status": status})
+    assert r.status_code == 200, r.text
+
+
+async def test_hanging_adapter_loaders_in_one_namespace_do_not_stall_another(serving_op, admin, namespace):
+    """Attack: six Models in namespace A, one LoRA adapter each, whose Pods accept
+    connections on the adapter-loader port and never answer (the controller runs
+    2 workers here). Another namespace's new Model still gets its Pod and scales;
+    A's Models say which adapter failed; A's Pods never see more than the
+    per-namespace bound of calls at once."""
+    host = f"127.0.0.{random.randint(20, 250)}"
+    hang = Hanging()
+    port = free_port()
+    srv = await asyncio.start_server(hang.handle, host, port)
+    other = f"{namespace}-b"
+    r = admin.post("/api/v1/namespaces", json={"metadata": {"name": other}})
+    assert r.status_code == 201, r.text
+    try:
+        names = [f"lora-{i}" for i in range(6)]
+        for n in names:
+            create_model(admin, namespace, n, adapters=[{"name": "sql", "url": f"hf://org/{n}"}])
+        for n in names:
+            [pod] = await wait_pods(admin, namespace, n, 1)
+            _run_pod(admin, namespace, pod, host, port)
+        await eventually(lambda: hang.total >= 2, what="the hanging loaders are being called")
+
+        # the victim: its Pod is made, and it scales, while A's loads hang
+        create_model(admin, other, "victim")
+        await wait_pods(admin, other, "victim", 1, timeout=120)
+        patch_model(admin, other, "victim", {"spec": {"minReplicas": 2, "replicas": 2}})
+        await wait_pods(admin, other, "victim", 2, timeout=120)
+
+        # every A Model reports its failed adapter, by name
+        def failed(n: str) -> bool:
+            c = condition(get_model(admin, namespace, n), "AdaptersLoaded")
+            return c is not None and c[:2] == ("False", "LoadFailed") and "adapter sql on Pod" in c[2]
+
+        await eventually(lambda: all(failed(n) for n in names), timeout=180, what="AdaptersLoaded=False naming the adapter")
+        assert hang.peak <= 2  # --adapter-calls-per-namespace (default 2): A never had more calls at once
+        assert hang.total >= 6  # every Model's Pod was tried
+        assert all(not any(k.startswith("adapter.kubeai.org/") for k in list_pods(admin, namespace, n)[0]["metadata"]["labels"])
+                   for n in names)  # nothing loaded is claimed
+    finally:
+        srv.close()
+        admin.delete(f"/api/v1/namespaces/{other}")

@@ -26,6 +26,10 @@ def _files(n: int) -> list[dict]:
     return [{"path": f"/f/{i}", "content": "x"} for i in range(n)]
 
 
+def _adapters(n: int) -> list[dict]:
+    return [{"name": f"a-{i}", "url": f"hf://o/a{i}"} for i in range(n)]
+
+
 REFUSED = [
     ("V1 name > 40", _model("a" * 41), "at most 40"),
     ("V2 url missing", _model(url=None), "spec.url: Required"),
@@ -50,6 +54,8 @@ REFUSED = [
     ("V16 adapter name", _model(adapters=[{"name": "Bad_Name", "url": "hf://o/a"}]), "should match"),
     ("V16 adapter name length", _model(adapters=[{"name": "a" * 64, "url": "hf://o/a"}]), "may not be more than 63"),
     ("V16 adapter url", _model(adapters=[{"name": "a", "url": "pvc://x"}]), "adapters[].url must start with"),
+    # KubeAI sets no bound; each adapter is a load on every server Pod
+    ("V18 too many adapters", _model(adapters=_adapters(257)), "must have at most 256 items"),
     ("V17 minReplicas", _model(minReplicas=-1), "should be greater than or equal to 0"),
     ("V17 maxReplicas", _model(maxReplicas=0), "should be greater than or equal to 1"),
     ("V17 targetRequests", _model(targetRequests=0), "should be greater than or equal to 1"),
@@ -69,6 +75,7 @@ ACCEPTED = [
     ("V9 adapters with VLLM", _model(adapters=[{"name": "a-1", "url": "s3://b/a"}])),
     ("V13-15 ten files at the limits", _model(files=[{"path": "/" + "a" * 1023, "content": "x" * 100000}] + _files(9))),
     ("V16 adapter name 63", _model(adapters=[{"name": "a" * 63, "url": "gs://b/a"}])),
+    ("V18 256 adapters", _model(adapters=_adapters(256))),
     ("V17 minimums", _model(minReplicas=0, maxReplicas=1, targetRequests=1,
                             loadBalancing={"prefixHash": {"meanLoadFactor": 100}})),
 ]

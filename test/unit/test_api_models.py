@@ -137,7 +137,7 @@ def test_empty_kaiwo_config_gets_every_default():
         "defaultClusterQueueCohortName": "kaiwo",
         "dynamicallyUpdateDefaultClusterQueue": False,
         "defaultTopologyName": "default-topology",  # upstream Kaiwo's default (#432)
-        "models": {"inferencePools": False},
+        "models": {"gpuModelsUnderKueue": True, "inferencePools": False},
     }
     # no spec at all behaves the same (the CRD defaults spec to {})
     bare = KaiwoConfig.model_validate({"metadata": {"name": "kaiwo"}})

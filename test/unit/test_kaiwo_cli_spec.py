@@ -10,6 +10,7 @@ from kaiwo_ctrl.kaiwo_cli.config import Defaults
 from kaiwo_ctrl.kaiwo_cli.errors import USAGE, CliError
 from kaiwo_ctrl.kaiwo_cli.kube import describe_request, split_kind
 from kaiwo_ctrl.kaiwo_cli.output import age, human_duration, table
+from kaiwo_ctrl.kaiwo_cli.sanitize import Styled
 from kaiwo_ctrl.kaiwo_cli.spec import (
     SubmitFlags,
     build_workload,
@@ -198,7 +199,8 @@ def test_kind_prefixes():
 
 
 def test_tables_align_and_ignore_colour_codes():
-    out = table(["name", "status"], [["a", "\033[32mCOMPLETE\033[0m"], ["longer-name", "RUNNING"]])
+    # our own colour (Styled); a server's escape codes are shown, not kept (test_kaiwo_cli_sanitize.py)
+    out = table(["name", "status"], [["a", Styled("\033[32mCOMPLETE\033[0m")], ["longer-name", "RUNNING"]])
     lines = out.splitlines()
     assert lines[0] == "NAME          STATUS"
     assert lines[2] == "longer-name   RUNNING"

@@ -29,7 +29,8 @@ async def test_a_pending_label_write_is_read_back_and_nothing_is_loaded_again():
     exp.wrote(("Pod", "ns", "p"), "1", pod("2", labelled))
     try:
         # the cache still shows resourceVersion 1, without the label: the written Pod stands in
-        assert await sync.sync(MODEL, [pod("1", {})]) is True
+        state = sync.sync(MODEL, [pod("1", {})])
+        assert (state.loading, state.failed, state.waiting) == ([], [], 0)
     finally:
         await sync.close()
 
@@ -39,7 +40,8 @@ async def test_without_the_write_the_missing_label_is_work_to_do():
     unready = pod("1", {})
     unready["status"]["containerStatuses"][0]["ready"] = False
     try:
-        # the adapter is missing and the loader is not Ready: it waits (False), it does not skip
-        assert await sync.sync(MODEL, [unready]) is False
+        # the adapter is missing and the loader is not Ready: it waits, it does not skip
+        state = sync.sync(MODEL, [unready])
+        assert (state.wanted, state.waiting, state.loading) == (True, 1, [])
     finally:
         await sync.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kaiwo_ctrl.serving.admission import (
+    OPERATOR_GATE,
+    requests_gpus,
     ADMISSION_GATE,
     ANNOTATION_CLUSTER_QUEUE,
     LABEL_MANAGED,
@@ -70,7 +72,9 @@ def test_pod_under_kueue_carries_the_queue_and_its_hash_changes_with_it():
     a = build_pod(model(), cfg, kueue={LABEL_QUEUE_NAME: "team-a"})
     b = build_pod(model(), cfg, kueue={LABEL_QUEUE_NAME: "team-b"})
     assert a.pod["metadata"]["labels"][LABEL_QUEUE_NAME] == "team-a"
-    assert a.pod["spec"] == plain.pod["spec"]
+    # the operator's own gate holds a Pod under Kueue until Kueue admits it; nothing else differs
+    assert a.pod["spec"].pop("schedulingGates") == [{"name": OPERATOR_GATE}]
+    assert a.pod["spec"] == plain.pod["spec"] and "schedulingGates" not in plain.pod["spec"]
     # a Model outside Kueue keeps its hash (no roll on upgrade); moving queues rolls the Pods
     assert len({plain.hash, a.hash, b.hash}) == 3
     assert build_pod(model(), cfg).hash == plain.hash
@@ -114,8 +118,18 @@ def test_pod_kueue_did_not_take_is_reported_not_called_admitted():
     q = quota([pod("a", ready=True), pod("b", ready=True, managed=False)], lambda p: None)
     assert (q.status, q.reason) == ("Unknown", "NotManagedByKueue")
     assert "integrations.frameworks" in q.message
-    # a waiting replica still wins: that is what users need to know first
-    assert quota([pod("a", managed=False), pod("b", gated=True)], lambda p: None).status == "False"
+    assert OPERATOR_GATE in q.message  # it stays gated, not running outside quota
+    # a Pod Kueue does not take never runs (the operator's gate holds it): that is what users need to know first
+    assert quota([pod("a", managed=False), pod("b", gated=True)], lambda p: None).status == "Unknown"
+    assert quota([pod("a"), pod("b", gated=True)], lambda p: None).status == "False"
+
+
+def test_gpu_pods_are_told_apart():
+    def p(res: dict) -> dict:
+        return {"spec": {"containers": [{"name": "c", "resources": res}]}}
+
+    assert requests_gpus(p({"limits": {"amd.com/gpu": "1"}})) and requests_gpus(p({"requests": {"nvidia.com/gpu": 2}}))
+    assert not requests_gpus(p({"limits": {"cpu": "1", "nvidia.com/gpu": "0"}})) and not requests_gpus(p({}))
 
 
 def test_replicas_count_only_admitted_ready_pods():

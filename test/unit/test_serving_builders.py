@@ -6,7 +6,7 @@ import pytest
 
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.serving.config import ConfigError, ConfigSource, load_config, parse_config
-from kaiwo_ctrl.serving.controller import bounded_replicas, feature_labels
+from kaiwo_ctrl.serving.modelfields import bounded_replicas, feature_labels
 from kaiwo_ctrl.serving.files import desired_configmap, file_key
 from kaiwo_ctrl.serving.jsonpatch import PatchError, apply_patch
 from kaiwo_ctrl.serving.pods import build_pod

@@ -22,6 +22,7 @@ from typing import Any
 
 from api.config.v1alpha1 import KaiwoConfigSpec
 from kaiwo_ctrl.settings.environment import DEFAULT_DOWNLOAD_DEADLINE_SECONDS, DEFAULT_IMAGE
+from kaiwo_ctrl.settings.priority import PriorityRules, configured_list
 
 from .gpu import GpuCapacity
 
@@ -96,6 +97,8 @@ class World:
     downloader_image: str = DEFAULT_DOWNLOADER_IMAGE
     download_deadline_seconds: int = DEFAULT_DOWNLOAD_DEADLINE_SECONDS
     aim_configs: Mapping[str, Any] = field(default_factory=dict)
+    #: which priority classes each namespace may use (the admin's allow-lists)
+    priority: PriorityRules = field(default_factory=PriorityRules)
 
     @cached_property
     def settings(self) -> Settings:
@@ -128,6 +131,7 @@ class World:
         downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
         download_deadline_seconds: int = DEFAULT_DOWNLOAD_DEADLINE_SECONDS,
         aim_configs: Mapping[str, Any] | None = None,
+        priority: PriorityRules | None = None,
     ) -> World:
         """Build from plain dicts (tests, ``render``). ``config`` and
         ``queue_config`` may be whole objects or just their ``spec``."""
@@ -146,4 +150,5 @@ class World:
             downloader_image=downloader_image,
             download_deadline_seconds=download_deadline_seconds,
             aim_configs=dict(aim_configs or {}),
+            priority=priority or PriorityRules(configured=configured_list(cfg)),
         )

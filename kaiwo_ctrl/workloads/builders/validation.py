@@ -128,6 +128,8 @@ def validate(obj: KaiwoObject, world: World) -> list[SpecError]:
             if not sv.get(key):
                 errors.append(SpecError(f"spec.secretVolumes[{i}].{key}", "Required", f"{key} is required"))
 
+    if refused := world.priority.check(obj.doc):
+        errors.append(SpecError(refused[0], "PriorityClassNotAllowed", refused[1]))  # the admin's allow-list
     errors += _entrypoint_errors(obj)
     errors += _underlying_spec_errors(obj)
     errors += _storage_errors(obj)

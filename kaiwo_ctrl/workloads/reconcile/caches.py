@@ -41,6 +41,7 @@ from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 from kaiwo_ctrl.runtime.objects.packed import Packer, packing
 from kaiwo_ctrl.runtime.observe.conditions import find_condition
 from kaiwo_ctrl.settings import ConfigMissing, environment, settings_for
+from kaiwo_ctrl.settings.priority import priority_policy_for
 
 from ..base.childstatus import ERROR, PENDING, UP
 from ..base.labels import LABEL_KUEUE_JOB_UID, LABEL_RUN_ID
@@ -234,6 +235,7 @@ class SharedCaches:
         self.pcs = mgr.cache.informer(PRIORITYCLASSES)
         self.cluster_queues = mgr.cache.informer(CLUSTERQUEUES)
         self.aim_configs = mgr.cache.informer(AIMNAMESPACECONFIGS)
+        self.priority = priority_policy_for(mgr)  # the namespaces' allow-lists (shared with the Model controller)
         self.children: dict[str, Informer] = {
             kind: mgr.cache.informer(res, transform=TRANSFORMS.get(kind)) for kind, res in CHILD_RESOURCES.items()
         }
@@ -245,7 +247,8 @@ class SharedCaches:
         self._world: World | None = None
         self._world_key: tuple | None = None
         bump = _Bump(self)
-        for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs, self.aim_configs):
+        for inf in (self.settings.informer, self.queue_configs, self.nodes, self.wpcs, self.pcs, self.aim_configs,
+                    self.priority.namespaces):
             inf.add_handler(bump)
         #: read-your-writes, shared with every writer of this manager
         self.expectations = expectations_for(mgr)
@@ -271,6 +274,7 @@ class SharedCaches:
                 downloader_image=self.downloader_image,
                 download_deadline_seconds=self.download_deadline_seconds,
                 aim_configs=effective_by_namespace(self.aim_configs.list()),
+                priority=self.priority.rules(),
             )
             self._world_key = key
         return self._world

@@ -14,7 +14,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.control.handler import Request
-from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
+from kaiwo_ctrl.runtime.control.predicate import AnnotationsChanged, FieldsChanged, GenerationChanged, Predicate, ResourceVersionChanged
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.settings.environment import IMAGE_ENV
@@ -69,6 +69,13 @@ def _map_to_running_with_duration(inf: Informer):
 def _namespace_members(inf: Informer):
     def fn(obj: Any) -> Iterable[Request]:
         return [Request.of(o) for o in inf.list(_meta(obj).get("namespace") or "")]
+
+    return fn
+
+
+def _namespace_named(inf: Informer):
+    def fn(obj: Any) -> Iterable[Request]:
+        return [Request.of(o) for o in inf.list(_meta(obj).get("name") or "")]
 
     return fn
 
@@ -179,6 +186,8 @@ def setup(
         ctl.watches(shared.nodes, in_error, predicates=[FieldsChanged(_node_capacity)])
         # credentials and pull secrets of the namespace's AIMNamespaceConfig reach its workloads live
         ctl.watches(shared.aim_configs, _namespace_members(shared.own[kind]), predicates=[GenerationChanged()])
+        # the namespace's priority-class allow-list (an admin's annotation)
+        ctl.watches(shared.priority.namespaces, _namespace_named(shared.own[kind]), predicates=[AnnotationsChanged()])
         out[kind] = rec
     return out
 

@@ -221,7 +221,9 @@ def test_run_refuses_an_invalid_model_config(tmp_path, capsys):
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("resourceProfiles:\n  cpu:\n    requests: {cpu: [1]}\n")
-    assert main(["run", "--model-config", str(bad), "--kubeconfig", str(tmp_path / "none")]) == 2
+    # listeners off: the default ports may be taken on a shared machine, and a taken port is exit 3
+    off = ["--metrics-bind-address=0", "--health-probe-bind-address=0", "--proxy-bind-address=0"]
+    assert main(["run", "--model-config", str(bad), "--kubeconfig", str(tmp_path / "none"), *off]) == 2
     assert "resourceProfiles.cpu.requests.cpu" in capsys.readouterr().err
 
 

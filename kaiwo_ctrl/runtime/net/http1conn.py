@@ -38,6 +38,8 @@ class _Conn(Answering, Reader):
         self._wire = 0  # bytes of the current head as they came (Reader counts them)
         self._head_limit = server.max_header_bytes
         self._in_body = False  # between the end of a head and the end of its message
+        self._in_head = False  # between the start of a message and the end of its head
+        self._replaying = False  # a new parser is brought to the end of the current head: its callbacks are no news
         self._left = -1  # Content-Length bytes still to come (-1: chunked, or none)
         self._body: bytes | bytearray = b""
         self._current: Request | None = None  # being parsed
@@ -92,10 +94,20 @@ class _Conn(Answering, Reader):
                 last.keep_alive = False
             else:
                 self._refuse_quietly(400, b"upgrades are not supported")
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as e:
+            if isinstance(e.__context__, _StopParser):
+                return False
             if not self.closed and self._refusal is None:  # else a callback refused the request already
                 self._refuse_quietly(400, b"bad request")
         return False
+
+    def _replay(self, head: memoryview) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self._replaying = True
+        try:
+            self.parser.feed_data(head)
+        finally:
+            self._replaying = False
 
     def _stopped(self) -> bool:
         """Parse no further for now: a request waits for the budget or the head gate, the pipeline is full, or we close."""
@@ -108,7 +120,8 @@ class _Conn(Answering, Reader):
             self.transport.pause_reading()
             if self._in_body:
                 self._paused_at = self.loop.time()
-        self._held.insert(0, rest)
+        if rest:
+            self._held.insert(0, rest)
 
     def _unblock(self) -> None:
         """Parse what was held and read on, unless something still stops it."""
@@ -206,16 +219,23 @@ class _Conn(Answering, Reader):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        if self._replaying:
+            return
+        self._in_head = True
         self._url, self._headers, self._count, self._body = b"", [], 0, b""
         self._length, self._expect, self._chunked = None, None, False
         self._arm(_HEAD, self.server.head_timeout)
 
     def on_url(self, url: bytes) -> None:
+        if self._replaying:
+            return
         self._url += url
         if self._wire > self._head_limit:
             self._refuse(414 if len(self._url) > self._head_limit else 431, b"request head too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._replaying:
+            return
         self._headers.append((name, value))
         self._count += 1
         if self._wire > self._head_limit or self._count > self.server.max_headers:
@@ -233,6 +253,10 @@ class _Conn(Answering, Reader):
                              b"request head too large")
 
     def on_headers_complete(self) -> None:
+        if self._replaying:
+            return
+        self._in_head = False
+        self._received = 0
         p = self.parser
         req = Request(self, p.get_method().decode(), self._url, p.get_http_version(), p.should_keep_alive(), self._headers)
         self._current = req
@@ -252,8 +276,18 @@ class _Conn(Answering, Reader):
             if verdict is not None:  # decided later: parse nothing more until then (the piece ends with this head)
                 self._gating = asyncio.ensure_future(verdict)
                 self._gating.add_done_callback(self._gated)
+                self._hold(b"")
+                self._stop_at_head()
                 return
         self._admit(req)
+        if self._budget_wait:
+            self._stop_at_head()
+
+    def _stop_at_head(self) -> None:
+        """Parse nothing past this head for now: a read fed whole is cut here (see Reader._feed_one)."""
+        if self._head_end:
+            self._stopped_at_head = True
+            raise _StopParser()
 
     def _gated(self, fut: asyncio.Future[Any]) -> None:
         if fut is not self._gating:
@@ -391,3 +425,7 @@ class _Conn(Answering, Reader):
             self._start(req)
         else:
             self._queue.append(req)
+
+
+class _StopParser(Exception):
+    """Stops the parser at the end of a head whose body must wait (the read is then cut there)."""

@@ -41,9 +41,13 @@ class Reader:
     _left: int
     _wire: int
     _head_limit: int
+    _in_head: bool
+    _received: int
 
     def __init__(self) -> None:
         self._tail = b""  # the end of the last piece, when it may begin a CRLF CRLF
+        self._head_end = 0  # while a read is fed whole: where its head ends (0: fed in pieces)
+        self._stopped_at_head = False  # the head at _head_end stopped parsing: the parser was stopped there
 
     def _stopped(self) -> bool:
         raise NotImplementedError
@@ -59,14 +63,54 @@ class Reader:
         raise NotImplementedError
 
     def _feed(self, data: bytes) -> None:
-        n, pos = len(data), 0
-        view: memoryview | None = None
+        n = len(data)
+        if self._in_body:
+            if self._left >= n:  # the common case of a large body: all of this read is body
+                self._tail = b""
+                self._parse(data)
+                return
+        elif not self._tail:
+            i = data.find(_SEP)
+            if i < 0 or data.find(_SEP, i + 4) < 0:
+                self._feed_one(data, n, i)
+                return
+        self._feed_pieces(data, n)
+
+    def _feed_one(self, data: bytes, n: int, i: int) -> None:
+        """A read with at most one head end in it (the common case: a head, maybe its body, in one piece):
+        fed whole, so at most one request completes. Should its head stop parsing (its body waits for the
+        budget or the head gate), the parser is stopped there and a new one is brought to the same point."""
+        end = n if i < 0 else i + 4
+        self._wire += end
+        self._tail = b"" if i >= 0 else data[-3:]
+        self._head_end = end
+        try:
+            ok = self._parse(data)
+        finally:
+            self._head_end = 0
+        if self._stopped_at_head:
+            self._stopped_at_head = False
+            self._replay(memoryview(data)[:end])
+            self._hold(data[end:])
+            return
+        if not ok or self._in_body:
+            return
+        if self._in_head and i >= 0:  # the next request's head began after this one's body: its bytes so far
+            self._wire = n - end - self._received
+        if self._wire > self._head_limit:
+            self._head_too_large()  # a head that does not end: refused before the parser holds more of it
+
+    def _replay(self, head: memoryview) -> None:
+        raise NotImplementedError
+
+    def _feed_pieces(self, data: bytes, n: int) -> None:
+        pos = 0
+        view = memoryview(data)
         first = _span_end(self._tail, data)
         while pos < n:
             cut = False
             if self._in_body and self._left > 0:
                 end = min(n, pos + self._left)
-                self._tail = b""
             elif first:
                 end, first, cut = first, 0, True
             else:
@@ -74,15 +118,8 @@ class Reader:
                 end, cut = (n, False) if i < 0 else (i + 4, True)
             if not self._in_body:
                 self._wire += end - pos
-            if pos == 0 and end == n:
-                piece: bytes | memoryview = data
-            else:
-                if view is None:
-                    view = memoryview(data)
-                piece = view[pos:end]
-            if not (self._in_body and self._left > 0):
-                self._tail = b"" if cut else data[max(pos, end - 3):end]
-            if not self._parse(piece):
+            self._tail = b"" if cut or (self._in_body and self._left > 0) else data[max(pos, end - 3):end]
+            if not self._parse(view[pos:end] if pos or end < n else data):
                 return
             pos = end
             if not self._in_body and self._wire > self._head_limit:

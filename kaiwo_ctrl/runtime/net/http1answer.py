@@ -1,7 +1,7 @@
 """The answering half of a connection of the HTTP/1.1 server (:mod:`kaiwo_ctrl.runtime.net.http1conn`):
-the task that runs each request's handler, whole answers, refusals, and the turn of
+the task that runs each request's handler, whole answers, refusals, the turn of
 the next pipelined request, which waits until the client has read enough of the
-answers before it (write flow control)."""
+answers before it (write flow control), and the connection's one deadline."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from kaiwo_ctrl.runtime.net.http1message import Request, Response, response_head
 
 log = logging.getLogger("kaiwo_ctrl.runtime.net.http1server")
 
-_DRAIN = 3  # http1conn's deadline kind for a full write buffer
+_IDLE, _HEAD, _BODY, _DRAIN = 0, 1, 2, 3  # what the connection's deadline is for
+_NEVER = float("inf")
 
 
 class Answering(WriteFlow):
     """Mixed into ``http1conn._Conn``, whose state it shares."""
+
 
     server: Any
     loop: asyncio.AbstractEventLoop
@@ -29,7 +31,6 @@ class Answering(WriteFlow):
     _serving: Request | None
     _current: Request | None
     _held: list[bytes] | None
-    _budget_wait: bool
     _stream: Any
     _queue: deque[Request]
     _waiting: int
@@ -44,11 +45,68 @@ class Answering(WriteFlow):
         self._wbuf = 0  # the write buffer's size when that wait began (or last shrank)
         self._saved: tuple[int, float] | None = None  # the deadline the wait set aside
 
+    _budget_wait: bool
+    _stream_paused: bool
+    _last: float
+    _body_start: float
+    _received: int
+
     # supplied by http1conn
-    def _arm(self, what: int, after: float) -> None: ...
-    def _disarm(self) -> None: ...
+    def _granted(self) -> None: ...
     def _give_back(self, req: Request) -> None: ...
     def _unblock(self) -> None: ...
+
+    # one deadline per connection, for the keep-alive idle time, the head, the body or a full write buffer
+    def _arm(self, what: int, after: float) -> None:
+        self._waiting = what
+        self._deadline = self.loop.time() + after
+
+    def _disarm(self) -> None:
+        self._deadline = _NEVER
+
+    def _expired(self) -> None:
+        self._deadline = _NEVER
+        if self._draining:
+            self.close()
+            return
+        if self.closed:
+            return
+        if self._waiting == _IDLE:
+            self.close()
+        elif self._waiting == _DRAIN:
+            self._drain_expired()
+        elif self._budget_wait:  # the body budget stayed spent for budget_wait: busy, not the client's fault
+            self._budget_wait = False
+            self.server.budget.cancel(self._granted)
+            self._refuse_quietly(503, b"server busy, try again")
+        elif self._held is not None or self._stream_paused:
+            # the request waits behind the one being answered, its gate, or its handler (reading paused by us): not the client's stall
+            self._arm(self._waiting, self.server.body_idle_timeout)
+        elif self._waiting == _BODY and (left := self._body_time_left()) > 0:
+            self._arm(_BODY, left)  # body bytes came since, fast enough: wait the rest
+        elif self._lingering:
+            self.close()
+        elif self._stream is not None and self._task is not None:
+            self._stream_stalled()
+        else:
+            self._refuse_quietly(408, b"request timeout")
+
+    def _body_time_left(self) -> float:
+        """Until the body stalls: no byte for body_idle_timeout, or (after that long) under min_body_rate on average."""
+        s, now = self.server, self.loop.time()
+        left = self._last + s.body_idle_timeout - now
+        if s.min_body_rate:
+            left = min(left, self._body_start + s.body_idle_timeout + self._received / s.min_body_rate - now)
+        return left
+
+    def _drain_expired(self) -> None:
+        """The client read none of its answers for body_idle_timeout: it is not coming back for them."""
+        size = self.transport.get_write_buffer_size()
+        if size < self._wbuf:
+            self._wbuf = size
+            self._arm(_DRAIN, self.server.body_idle_timeout)
+        else:
+            self.close(abort=True)
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -141,7 +199,7 @@ class Answering(WriteFlow):
             return
         self._unblock()
         if self._task is None and self._current is None and not self.closed and self._held is None:
-            self._arm(0, self.server.keepalive_timeout)  # idle
+            self._arm(_IDLE, self.server.keepalive_timeout)
 
     def _stream_taken(self) -> None: ...
 
@@ -190,7 +248,7 @@ class Answering(WriteFlow):
         self._held = None
         t.write_eof()
         t.resume_reading()
-        self._arm(0, self.server.linger_timeout)
+        self._arm(_IDLE, self.server.linger_timeout)
 
     def close(self, abort: bool = False) -> None:
         if self._draining:

@@ -11,18 +11,25 @@ from typing import Any
 
 import httptools
 
-from kaiwo_ctrl.runtime.net.http1answer import Answering, Refused
+from kaiwo_ctrl.runtime.net.http1answer import _BODY, _HEAD, _IDLE, _NEVER, Answering, Refused
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream
 from kaiwo_ctrl.runtime.net.http1message import Request, Response
 from kaiwo_ctrl.runtime.net.http1read import Reader
 
 log = logging.getLogger("kaiwo_ctrl.runtime.net.http1server")
 
-_IDLE, _HEAD, _BODY, _DRAIN = 0, 1, 2, 3  # what the connection's deadline is for
-_NEVER = float("inf")
 
 
 class _Conn(Answering, Reader):
+    # slots: more than 30 instance attributes would cost every attribute access its specialization
+    __slots__ = (
+        "_after", "_body", "_body_start", "_budget_wait", "_chunked", "_count", "_current", "_deadline", "_draining",
+        "_expect", "_expecting", "_gating", "_head_end", "_head_limit", "_headers", "_held", "_in_body", "_in_head",
+        "_last", "_left", "_length", "_lingering", "_need", "_paused_at", "_peer", "_queue", "_received", "_refusal",
+        "_replaying", "_saved", "_serving", "_stopped_at_head", "_stream", "_stream_paused", "_tail", "_task", "_url",
+        "_waiting", "_wbuf", "_wire", "closed", "loop", "parser", "server", "transport"
+    )
+
     def __init__(self, server: Any) -> None:  # an http1server.Server (not imported: it imports this module)
         Answering.__init__(self)
         Reader.__init__(self)
@@ -164,58 +171,6 @@ class _Conn(Answering, Reader):
         if self._task is not None:
             self._task.cancel()  # the client went away: so does its request
         self.drain_failed(ConnectionResetError("the client went away"))
-
-    # one deadline per connection, for the keep-alive idle time, the head, the body or a full write buffer
-    def _arm(self, what: int, after: float) -> None:
-        self._waiting = what
-        self._deadline = self.loop.time() + after
-
-    def _disarm(self) -> None:
-        self._deadline = _NEVER
-
-    def _expired(self) -> None:
-        self._deadline = _NEVER
-        if self._draining:
-            self.close()
-            return
-        if self.closed:
-            return
-        if self._waiting == _IDLE:
-            self.close()
-        elif self._waiting == _DRAIN:
-            self._drain_expired()
-        elif self._budget_wait:  # the body budget stayed spent for budget_wait: busy, not the client's fault
-            self._budget_wait = False
-            self.server.budget.cancel(self._granted)
-            self._refuse_quietly(503, b"server busy, try again")
-        elif self._held is not None or self._stream_paused:
-            # the request waits behind the one being answered, its gate, or its handler (reading paused by us): not the client's stall
-            self._arm(self._waiting, self.server.body_idle_timeout)
-        elif self._waiting == _BODY and (left := self._body_time_left()) > 0:
-            self._arm(_BODY, left)  # body bytes came since, fast enough: wait the rest
-        elif self._lingering:
-            self.close()
-        elif self._stream is not None and self._task is not None:
-            self._stream_stalled()
-        else:
-            self._refuse_quietly(408, b"request timeout")
-
-    def _body_time_left(self) -> float:
-        """Until the body stalls: no byte for body_idle_timeout, or (after that long) under min_body_rate on average."""
-        s, now = self.server, self.loop.time()
-        left = self._last + s.body_idle_timeout - now
-        if s.min_body_rate:
-            left = min(left, self._body_start + s.body_idle_timeout + self._received / s.min_body_rate - now)
-        return left
-
-    def _drain_expired(self) -> None:
-        """The client read none of its answers for body_idle_timeout: it is not coming back for them."""
-        size = self.transport.get_write_buffer_size()
-        if size < self._wbuf:
-            self._wbuf = size
-            self._arm(_DRAIN, self.server.body_idle_timeout)
-        else:
-            self.close(abort=True)
 
     # httptools callbacks
     def on_message_begin(self) -> None:

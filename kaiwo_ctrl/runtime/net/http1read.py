@@ -35,6 +35,7 @@ class Reader:
     -1 when chunked), ``_wire`` (the head's bytes so far, against ``_head_limit``), and
     :meth:`_stopped` (parse no further: the rest of the read is held)."""
 
+
     parser: Any
     _held: list[bytes] | None
     _in_body: bool

@@ -3,16 +3,22 @@
 well-kept libraries, on the proxy's kind of exchange (a small JSON POST, a
 small JSON answer, keep-alive), each in a process of its own on uvloop.
 
-* servers (what the proxy's front door costs): kaiwo_ctrl's ``http1server``,
-  aiohttp's web server, uvicorn with its httptools protocol (a bare ASGI app);
-  the same load (``--clients`` closed-loop clients on the lean pool) against
-  each, and the server process's CPU per request;
+* servers (what the proxy's front door costs): kaiwo_ctrl's ``http1server`` (with
+  the limits ``kaiwo-ctrl proxy`` gives it), aiohttp's web server, uvicorn with its
+  httptools protocol and granian (its Rust HTTP/1.1 server), both with a bare ASGI
+  app; the same load (1 and ``--clients`` closed-loop clients on the lean pool)
+  against each, and the server process tree's CPU per request;
+* attacks (does our server earn its keep? issue 38): issue 38's attack suite and
+  slowhttptest's slow-header, slow-body and slow-read modes (bench/attacks.py)
+  against http1server, uvicorn+httptools and granian, and the decision rule: a
+  library that passes every attack at no more than 1.2x our CPU per request
+  should replace our server;
 * clients (what the proxy's upstream hop costs): kaiwo_ctrl's ``http1.Pool``,
   aiohttp's ClientSession, httpcore's AsyncConnectionPool (httpx's transport);
   each sends the same requests to one ``http1server``, and the client
   process's CPU per request.
 
-    .venv/bin/python bench/bench_http_libs.py [--requests 20000] [--clients 64]
+    .venv/bin/python bench/bench_http_libs.py [--requests 20000] [--clients 64] [--no-attacks] [--only-servers]
 
 A library that is not installed is reported as such and skipped.
 """
@@ -22,29 +28,50 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
+import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from procstat import cpu_seconds
+from procstat import cpu_seconds, cpu_seconds_fine
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLY = b'{"id":"cmpl-1","object":"text_completion","choices":[{"text":"ok","index":0}]}'
 BODY = b'{"model":"bench","prompt":"hello","max_tokens":1}'
-SERVERS = {"http1server": None, "aiohttp": "aiohttp", "uvicorn+httptools": "uvicorn"}
+SERVERS = {"http1server": None, "aiohttp": "aiohttp", "uvicorn+httptools": "uvicorn", "granian": "granian"}
+#: The servers the attack suite and the decision compare (aiohttp's server was replaced already).
+CONTENDERS = ("http1server", "uvicorn+httptools", "granian")
 CLIENTS = {"http1.Pool": None, "aiohttp": "aiohttp", "httpcore": "httpcore"}
 
 
 # ------------------------------------------------------------------ servers
+def _reply(size: int) -> bytes:
+    return REPLY if not size else b'{"choices":[{"text":"' + b"a" * size + b'"}]}'
+
+
 async def serve_http1(port: int) -> None:
-    from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
+    """Our server as the proxy builds it: the limits of ``kaiwo-ctrl proxy``'s defaults."""
+    from prometheus_client import CollectorRegistry
+
+    from kaiwo_ctrl.runtime.cache.informer import Informer
+    from kaiwo_ctrl.kinds import MODELS
+    from kaiwo_ctrl.runtime.net.http1server import Request, Response
+    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.proxy.resolve import Resolver
+    from kaiwo_ctrl.serving.proxy.server import ProxyServer
 
     async def handle(request: Request) -> Response:
-        return Response(200, [(b"Content-Type", b"application/json")], REPLY)
+        return Response(200, [(b"Content-Type", b"application/json")], _reply(int(request.header(b"x-reply-bytes") or 0)))
 
-    await Server(handle).start("127.0.0.1", port)
+    handler = ProxyHandler(Resolver(Informer(None, MODELS)), EndpointTracker(), ProxyMetrics(CollectorRegistry()), None,
+                           limits=ProxyLimits())
+    await ProxyServer(handler, ("127.0.0.1", port))._server(handle).start("127.0.0.1", port)
 
 
 async def serve_aiohttp(port: int) -> None:
@@ -61,17 +88,21 @@ async def serve_aiohttp(port: int) -> None:
     await web.TCPSite(runner, "127.0.0.1", port).start()
 
 
+async def asgi_app(scope, receive, send):  # a bare ASGI app: the protocol's own cost (uvicorn and granian)
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    size = next((int(v) for k, v in scope["headers"] if k == b"x-reply-bytes"), 0)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": _reply(size)})
+
+
 async def serve_uvicorn(port: int) -> None:
     import uvicorn
 
-    async def app(scope, receive, send):  # a bare ASGI app: the protocol's own cost
-        more = True
-        while more:
-            more = (await receive()).get("more_body", False)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": REPLY})
-
-    cfg = uvicorn.Config(app, host="127.0.0.1", port=port, http="httptools", loop="none", lifespan="off",
+    cfg = uvicorn.Config(asgi_app, host="127.0.0.1", port=port, http="httptools", loop="none", lifespan="off",
                          access_log=False, log_level="warning")
     asyncio.create_task(uvicorn.Server(cfg).serve())
     await asyncio.sleep(0.5)
@@ -178,37 +209,115 @@ def spawn(*args: str) -> subprocess.Popen:
     return p
 
 
+def start_server(impl: str, port: int) -> subprocess.Popen:
+    """A server process listening on ``port``: granian through its own command line (a worker
+    process under it, uvloop), the others in a role of this script."""
+    if impl != "granian":
+        srv = spawn("--role=server", f"--impl={impl}", f"--port={port}")
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready", f"{impl} did not start"
+        return srv
+    srv = subprocess.Popen([str(Path(sys.executable).parent / "granian"), "--interface", "asgi", "--host", "127.0.0.1",
+                            "--port", str(port), "--workers", "1", "--runtime-threads", "1", "--http", "1", "--no-ws",
+                            "--loop", "uvloop", "--log-level", "warning", "--working-dir", str(ROOT / "bench"),
+                            "bench_http_libs:asgi_app"], stdout=subprocess.DEVNULL)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return srv
+        time.sleep(0.1)
+    srv.kill()
+    raise RuntimeError("granian did not start")
+
+
+def stop_server(srv: subprocess.Popen) -> None:
+    srv.terminate()
+    try:
+        srv.wait(10)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait(5)
+
+
+def tree_cpu(pid: int) -> float:
+    from peers import tree_pids
+
+    return sum(cpu_seconds_fine(p) for p in tree_pids(pid))
+
+
 def available(module: str | None) -> bool:
     return module is None or importlib.util.find_spec(module) is not None
 
 
-def bench_servers(port: int, clients: int, n: int, rounds: int) -> None:
-    print(f"servers: CPU per request of the server process ({clients} closed-loop clients on http1.Pool, {n} requests, "
-          f"median of {rounds} interleaved rounds)")
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in SERVERS if available(SERVERS[k])}
-    for _ in range(rounds):
-        for impl in results:
-            srv = spawn("--role=server", f"--impl={impl}", f"--port={port}")
+def bench_servers(port: int, clients_list: list[int], n: int, rounds: int) -> dict[tuple[str, int], float]:
+    """CPU per request (us) of each server process tree, per number of clients; printed, and returned."""
+    out: dict[tuple[str, int], float] = {}
+    for clients in clients_list:
+        reqs = n if clients > 1 else max(n // 4, 1000)  # one client is slow: fewer requests, same statistics
+        print(f"servers: CPU per request of the server process tree ({clients} closed-loop client(s) on http1.Pool, "
+              f"{reqs} requests, median of {rounds} interleaved rounds)", flush=True)
+        results: dict[str, list[tuple[float, float]]] = {k: [] for k in SERVERS if available(SERVERS[k])}
+        for _ in range(rounds):
+            for impl in results:
+                srv = start_server(impl, port)
+                try:
+                    with _runner() as r:
+                        r.run(load_http1(f"127.0.0.1:{port}", "/v1/completions", clients, clients * 10 + 100))
+                        c0, t0 = tree_cpu(srv.pid), time.perf_counter()
+                        done = r.run(load_http1(f"127.0.0.1:{port}", "/v1/completions", clients, reqs))
+                        results[impl].append(((tree_cpu(srv.pid) - c0) / done * 1e6, done / (time.perf_counter() - t0)))
+                finally:
+                    stop_server(srv)
+        _report(results, SERVERS)
+        out.update({(impl, clients): statistics.median(c for c, _ in v) for impl, v in results.items()})
+    return out
+
+
+def bench_attacks(port: int, slow_seconds: int) -> dict[str, bool]:
+    """Issue 38's attacks and slowhttptest against each contender; whether each passed every one."""
+    from attacks import ATTACKS, Target, ensure_slowhttptest, measured, passed, print_table, slow_modes, slowhttptest_attack
+
+    attacks = dict(ATTACKS)
+    binary = ensure_slowhttptest()
+    if binary:
+        attacks.update({m: slowhttptest_attack(binary, m, slow_seconds) for m in slow_modes(slow_seconds)})
+    rows = []
+    for name, attack in attacks.items():
+        for impl in (c for c in CONTENDERS if available(SERVERS[c])):
+            srv = start_server(impl, port)
             try:
-                assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
-                with _runner() as r:
-                    r.run(load_http1(f"127.0.0.1:{port}", "/v1/completions", clients, clients * 10))
-                    c0, t0 = cpu_seconds(srv.pid), time.perf_counter()
-                    r.run(load_http1(f"127.0.0.1:{port}", "/v1/completions", clients, n))
-                    results[impl].append(((cpu_seconds(srv.pid) - c0) / n * 1e6, n / (time.perf_counter() - t0)))
+                with asyncio.Runner() as r:
+                    rows.append((name, impl, r.run(measured(Target(impl, port, srv.pid, "/v1/completions"), attack))))
+                print(f"  {name} against {impl}: {rows[-1][2]['outcome']}", flush=True)
             finally:
-                srv.terminate()
-                srv.wait(10)
-    _report(results, SERVERS)
+                stop_server(srv)
+    print_table(rows)
+    verdict: dict[str, bool] = {}
+    for name, impl, row in rows:
+        verdict[impl] = verdict.get(impl, True) and passed(name, row)
+    return verdict
+
+
+def decide(cpu: dict[tuple[str, int], float], verdict: dict[str, bool], clients_list: list[int]) -> None:
+    """Issue 38's rule: a library that passes every attack at no more than 1.2x our CPU per request replaces ours."""
+    print("\ndecision (issue 38: replace our server with a library that passes every attack at <= 1.2x our CPU/request):")
+    for impl in CONTENDERS:
+        if impl == "http1server" or impl not in verdict:
+            continue
+        ratios = [cpu[(impl, c)] / cpu[("http1server", c)] for c in clients_list if (impl, c) in cpu and ("http1server", c) in cpu]
+        cheap = bool(ratios) and max(ratios) <= 1.2
+        ratio_text = ", ".join(f"{r:.2f}x at {c}" for r, c in zip(ratios, clients_list, strict=False))
+        print(f"  {impl:<20} attacks {'all passed' if verdict[impl] else 'not all passed'}; CPU/request {ratio_text} ours "
+              f"-> {'REPLACE ours with it' if verdict[impl] and cheap else 'keep ours'}")
+    print(f"  {'http1server':<20} attacks {'all passed' if verdict.get('http1server') else 'not all passed'} (ours)")
 
 
 def bench_clients(port: int, clients: int, n: int, rounds: int) -> None:
     print(f"\nclients: CPU per request of the client process (to one http1server, {clients} concurrent, {n} requests, "
           f"median of {rounds} interleaved rounds)")
-    srv = spawn("--role=server", "--impl=http1server", f"--port={port}")
+    srv = start_server("http1server", port)
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in CLIENTS if available(CLIENTS[k])}
     try:
-        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
         for _ in range(rounds):
             for impl in results:
                 out = subprocess.run([sys.executable, __file__, "--role=client", f"--impl={impl}", f"--port={port}",
@@ -239,14 +348,25 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--attacks", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run issue 38's attacks and slowhttptest against the contenders, and decide")
+    ap.add_argument("--slow-seconds", type=int, default=10, help="length of each slowhttptest run")
+    ap.add_argument("--only-servers", action="store_true", help="servers (and attacks), not the clients")
     args = ap.parse_args()
     if args.role == "server":
         role_server(args.impl, args.port)
     elif args.role == "client":
         role_client(args.impl, args.port, args.clients, args.requests)
     else:
-        bench_servers(args.port, args.clients, args.requests, args.rounds)
-        bench_clients(args.port + 1, args.clients, args.requests, args.rounds)
+        print(f"cpus {os.cpu_count()}; load average {'/'.join(f'{x:.2f}' for x in os.getloadavg())} "
+              "(a shared machine: figures vary with what else runs)", flush=True)
+        clients_list = sorted({1, args.clients})
+        cpu = bench_servers(args.port, clients_list, args.requests, args.rounds)
+        if args.attacks:
+            decide(cpu, bench_attacks(args.port + 2, args.slow_seconds), clients_list)
+        if not args.only_servers:
+            bench_clients(args.port + 1, args.clients, args.requests, args.rounds)
+        print(f"load average at the end: {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

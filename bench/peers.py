@@ -59,7 +59,8 @@ def ensure_nginx() -> str | None:
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def start_nginx(port: int, backends: list[str]) -> subprocess.Popen | None:
+def start_nginx(port: int, backends: list[str], max_body: str = "1m") -> subprocess.Popen | None:
+    """nginx on ``port`` to ``backends``; ``max_body`` is its client_max_body_size (nginx's default 1m)."""
     binary = ensure_nginx()
     if binary is None:
         return None
@@ -68,7 +69,7 @@ def start_nginx(port: int, backends: list[str]) -> subprocess.Popen | None:
     (d / "nginx.conf").write_text(
         f"worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n"
         "events { worker_connections 8192; }\n"
-        "http {\n  access_log off;\n"
+        f"http {{\n  access_log off;\n  client_max_body_size {max_body};\n"
         f"  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n"
         f"  upstream models {{\n{servers}    keepalive 1024;\n  }}\n"
         f"  server {{\n    listen 127.0.0.1:{port} backlog=4096;\n    keepalive_requests 1000000;\n"

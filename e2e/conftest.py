@@ -121,19 +121,26 @@ def kubectl(sim_plane) -> Kubectl:
 
 @pytest.fixture(scope="session")
 def deployed() -> dict:
-    """The rendered config/default: the manager Deployment and its container."""
+    """The rendered config/default: the manager Deployment and its container, and (under "proxy")
+    the proxy's Deployment, container and ServiceAccount."""
     docs = render("config/default")
-    dep = next(d for d in docs if d["kind"] == "Deployment")
+
+    def named(kind: str, name: str) -> dict:
+        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+    dep, pdep = named("Deployment", "kaiwo-controller-manager"), named("Deployment", "kaiwo-proxy")
     container = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
-    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
-    return {"docs": docs, "deployment": dep, "container": container, "service_account": sa}
+    proxy = {"deployment": pdep, "container": next(c for c in pdep["spec"]["template"]["spec"]["containers"] if c["name"] == "proxy"),
+             "service_account": named("ServiceAccount", pdep["spec"]["template"]["spec"]["serviceAccountName"])}
+    sa = named("ServiceAccount", dep["spec"]["template"]["spec"]["serviceAccountName"])
+    return {"docs": docs, "deployment": dep, "container": container, "service_account": sa, "proxy": proxy}
 
 
 @pytest.fixture(scope="session")
 def installed(kubectl, deployed, admin):
     out = kubectl("apply", "-k", str(ROOT / "config" / "default"))
-    dep = deployed["deployment"]["metadata"]
-    kubectl("scale", "deployment", dep["name"], "-n", dep["namespace"], "--replicas=0")
+    for d in (deployed["deployment"], deployed["proxy"]["deployment"]):  # they run as local processes here
+        kubectl("scale", "deployment", d["metadata"]["name"], "-n", d["metadata"]["namespace"], "--replicas=0")
     return out.stdout
 
 
@@ -185,13 +192,19 @@ class OperatorProcess:
 
 
 def _substitute_port(arg: str, flag: str, port: int) -> str:
-    if arg.startswith(flag + "="):
+    if arg.startswith(flag + "=") and arg != f"{flag}=0":  # a listener that is off stays off
         return f"{flag}=127.0.0.1:{port}"
     return arg
 
 
+def bound_port(argv: list[str], flag: str) -> int:
+    """The loopback port :func:`operator_command` gave ``flag``."""
+    return int(next(a for a in argv if a.startswith(flag + "=")).rpartition(":")[2])
+
+
 def operator_command(deployed: dict, kubeconfig: Path, health: int, metrics: int) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of the manager container, for a local process."""
+    """argv and environment of the manager container (or of another Deployment's, such as the
+    proxy's: ``{"deployment": ..., "container": ...}``), for a local process."""
     c = deployed["container"]
     namespace = deployed["deployment"]["metadata"]["namespace"]
     command = list(c["command"])

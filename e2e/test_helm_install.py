@@ -77,12 +77,12 @@ def release(plane, admin, tmp_path_factory):
     kubectl("apply", "-f", str(ROOT / "config" / "samples" / "nodes_kwok.yaml"))
     t0 = time.monotonic()
     helm("install", "kaiwo", str(ROOT / "charts" / "kaiwo-ctrl"), "--namespace", RELEASE_NS, "--create-namespace",
-         "--set", "replicas=0", "--wait", "--timeout", "120s")
+         "--set", "replicas=0,proxy.replicas=0", "--wait", "--timeout", "120s")
     installed = time.monotonic()
     docs = [d for d in yaml.safe_load_all(helm("get", "manifest", "kaiwo", "--namespace", RELEASE_NS).stdout) if d]
-    dep = next(d for d in docs if d["kind"] == "Deployment")
+    dep = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kaiwo-controller-manager")
     deployed = {"deployment": dep, "container": dep["spec"]["template"]["spec"]["containers"][0]}
-    sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "kaiwo-controller-manager")["metadata"]
     work = tmp_path_factory.mktemp("helm-operator")
     # the model config the release's ConfigMap holds (mounted at --model-config in a Pod)
     config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kaiwo-model-config")
@@ -117,6 +117,12 @@ def test_release_is_deployed_with_the_chart_objects(release, admin):
     for name in ("kaiwojobs.kaiwo.silogen.ai", "models.kubeai.org"):
         crd = get(admin, f"{CRD}/{name}")
         assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    # the proxy is its own Deployment behind two Services; the operator serves no proxy
+    assert get(admin, f"/apis/apps/v1/namespaces/{RELEASE_NS}/deployments/kaiwo-proxy") is not None
+    for name in ("kaiwo-proxy", "kaiwo-proxy-gateway"):
+        assert get(admin, f"/api/v1/namespaces/{RELEASE_NS}/services/{name}")["spec"]["type"] == "ClusterIP"
+    assert "--proxy-bind-address=0" in next(d for d in release["docs"] if d["kind"] == "Deployment" and d["metadata"]["name"]
+                                             == "kaiwo-controller-manager")["spec"]["template"]["spec"]["containers"][0]["args"]
     policy = get(admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/kaiwo-owned-children")
     assert f"system:serviceaccount:{RELEASE_NS}:kaiwo-controller-manager" in str(policy["spec"])
 

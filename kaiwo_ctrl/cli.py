@@ -270,11 +270,14 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kaiwo_ctrl.listeners import bind_or_exit_code
     from kaiwo_ctrl.runtime.observe.logging import setup_logging
 
     from kaiwo_ctrl.runtime.process.loop import run
 
     setup_logging(args.log_level, args.log_format)
+    if (code := bind_or_exit_code(args)) is not None:  # before anything starts: exit naming the flag
+        return code
     try:
         return run(_run_async(args))
     except KeyboardInterrupt:
@@ -293,6 +296,8 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
 
     from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
     from kaiwo_ctrl.settings import operator_namespace
+
+    from kaiwo_ctrl.listeners import ListenerError, failed
 
     log = logging.getLogger("kaiwo_ctrl")
     try:
@@ -323,6 +328,8 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         await webhooks.start()
     try:
         await run_with_manager(mgr, proxy, stop)
+    except ListenerError as e:  # taken after the start-up check (a race): same message, same exit code
+        return failed(args, e)
     except LeadershipLost:
         log.error("leader lease lost, exiting")
         return 1

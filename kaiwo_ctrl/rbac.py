@@ -94,6 +94,13 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "",
+        "services",
+        ("list", "watch", "create", "delete"),
+        "serving/external.py: a Model's headless Service <model>-<uid[:6]> under proxy.mode external (informer on app=model, "
+        "create), deleted again under internal; Services the Model does not control are never touched",
+    ),
+    Rule(
+        "",
         "persistentvolumeclaims",
         ("list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "
@@ -290,6 +297,27 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
     ),
 )
 
+#: The proxy's own ServiceAccount (``kaiwo-proxy``, the ``kaiwo-ctrl proxy`` Deployment of
+#: config/default): only what serving a request needs, so a compromised proxy Pod cannot
+#: reconcile, create workloads or read the operator's Secrets (``config/rbac/proxy_role.yaml``).
+PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(KUBEAI, "models", ("list", "watch", "patch"),
+         "serving/proxy/server.py: Model informer (routing); serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset"),
+    Rule(KUBEAI, "models/scale", ("patch",), "serving/proxy/scale.py set_replicas: scale from zero"),
+    Rule("", "pods", ("list", "watch"), "serving/proxy/endpoints.py: model server Pod informer (label app=model): the endpoints"),
+    Rule("", "namespaces", ("list",), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before creating the route key"),
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
+    Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "runtime/observe/metricsauth.py: may the scraper get /metrics"),
+)
+
+#: The proxy's namespaced Role in the operator's namespace (``config/rbac/proxy_namespace_role.yaml``):
+#: the route-token key of the Gateway listener, read by name (created if missing; RBAC cannot
+#: restrict ``create`` by name).
+PROXY_NAMESPACE_RULES: tuple[Rule, ...] = (
+    Rule("", "secrets", ("get", "create"), "aim/fence.py ensure_route_key: the route-token key Secret (read, created if missing)",
+         resource_names=("kaiwo-route-key",)),
+)
+
 #: Kinds users work with: (group, plural, kind label used in file/role names).
 USER_KINDS: tuple[tuple[str, str, str], ...] = (
     (KAIWO, "kaiwojobs", "kaiwojob"),
@@ -356,6 +384,18 @@ def leader_election_role() -> dict:
     }
 
 
+def proxy_roles() -> dict[str, dict]:
+    """The proxy's ClusterRole and its Role in the operator's namespace."""
+    labels = {"app.kubernetes.io/name": "kaiwo-ctrl", "app.kubernetes.io/component": "proxy"}
+    return {
+        "proxy_role.yaml": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                            "metadata": {"name": "proxy-role", "labels": labels}, "rules": policy_rules(PROXY_CLUSTER_RULES)},
+        "proxy_namespace_role.yaml": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                      "metadata": {"name": "proxy-namespace-role", "labels": labels},
+                                      "rules": policy_rules(PROXY_NAMESPACE_RULES)},
+    }
+
+
 def metrics_reader_role() -> dict:
     """For scrapers of the secure metrics endpoint: bind it to Prometheus' ServiceAccount."""
     return {
@@ -412,6 +452,8 @@ def generated_files() -> dict[str, str]:
         "leader_election_role.yaml": HEADER + _dump(leader_election_role()),
         "metrics_reader_role.yaml": HEADER + _dump(metrics_reader_role()),
     }
+    for name, doc in proxy_roles().items():
+        files[name] = HEADER + _dump(doc)
     for group, plural, label in USER_KINDS:
         for name, doc in user_roles(label, group, plural).items():
             files[name] = HEADER + _dump(doc)

@@ -167,6 +167,15 @@ class KaiwoConfigSpec(ApiModel):
             "so it follows nodes being added, removed or cordoned."
         ),
     )
+    default_topology_name: str = field(
+        "default-topology",
+        description=(
+            "Kueue Topology the generated queue config defines (levels kaiwo/topology-block, "
+            "kaiwo/topology-rack, kubernetes.io/hostname) and its ResourceFlavors reference, so they "
+            "offer topology-aware scheduling; a workload uses it only when it sets preferredTopologyLabel "
+            "or requiredTopologyLabel. Empty means default-topology."
+        ),
+    )
     models: KaiwoModelsConfig = field(
         default_factory=KaiwoModelsConfig, description="KubeAI Models: Kueue admission and InferencePools."
     )

@@ -47,7 +47,15 @@ SECTION = {
 }
 #: Per object (kind, name): the condition the whole template is wrapped in.
 CONDITIONS = {
+    # the proxy's own Deployment, Services, ServiceAccount and roles go with proxy.enabled
     ("Service", "kaiwo-proxy"): ".Values.proxy.enabled",
+    ("Service", "kaiwo-proxy-gateway"): ".Values.proxy.enabled",
+    ("Deployment", "kaiwo-proxy"): ".Values.proxy.enabled",
+    ("ServiceAccount", "kaiwo-proxy"): ".Values.proxy.enabled",
+    ("ClusterRole", "kaiwo-proxy-role"): ".Values.proxy.enabled",
+    ("ClusterRoleBinding", "kaiwo-proxy-rolebinding"): ".Values.proxy.enabled",
+    ("Role", "kaiwo-proxy-namespace-role"): ".Values.proxy.enabled",
+    ("RoleBinding", "kaiwo-proxy-namespace-rolebinding"): ".Values.proxy.enabled",
     ("Service", "kaiwo-webhook-service"): ".Values.webhooks.enabled",
     ("MutatingWebhookConfiguration", "*"): ".Values.webhooks.enabled",
     ("ValidatingWebhookConfiguration", "*"): ".Values.webhooks.enabled",
@@ -148,20 +156,18 @@ def _crd(obj: dict[str, Any], holes: Holes) -> None:
     obj["metadata"].setdefault("annotations", {})[holes.block(_literal(keep))] = ""
 
 
-def _args(args: list[str]) -> list[str]:
-    """The manager's arguments, with the ones values explain templated; others pass through."""
+def _args(args: list[str], v: str) -> list[str]:
+    """A Deployment's arguments, with the ones values explain templated; others pass through.
+    ``v`` is the values path of that Deployment's own keys (``.Values`` or ``.Values.proxy``)."""
     out: list[str] = []
     for a in args:
-        flag = a.split("=", 1)[0]
+        flag, _, value = a.partition("=")
         if flag == "--leader-elect":
             out += ["{{- if .Values.leaderElection.enabled }}", f"- {a}", "{{- end }}"]
         elif flag == "--metrics-secure":
             out += ["{{- if .Values.metrics.secure }}", f"- {a}", "{{- end }}"]
-        elif flag == "--proxy-bind-address":
-            out += ["{{- if .Values.proxy.enabled }}", "- --proxy-bind-address=:{{ .Values.proxy.port }}",
-                    "{{- else }}", "- --proxy-bind-address=0", "{{- end }}"]
-        elif flag == "--proxy-gateway-bind-address":  # the proxy's fenced Gateway listener goes with the proxy
-            out += ["{{- if .Values.proxy.enabled }}", f"- {a}", "{{- end }}"]
+        elif flag == "--proxy-bind-address" and value != "0":  # the proxy's own Deployment
+            out.append("- --proxy-bind-address=:{{ .Values.proxy.port }}")
         elif flag == "--webhook-bind-address":
             out += ["{{- if .Values.webhooks.enabled }}", "- --webhook-bind-address=:{{ .Values.webhooks.port }}",
                     "{{- if .Values.webhooks.certManager.enabled }}", "- --webhook-cert-source=secret", "{{- end }}",
@@ -169,7 +175,7 @@ def _args(args: list[str]) -> list[str]:
         else:
             out.append(f"- {a}")
     return out + ["- --log-level={{ .Values.logLevel }}", "- --log-format={{ .Values.logFormat }}",
-                  "{{- with .Values.extraArgs }}", "{{- toYaml . | nindent %N% }}", "{{- end }}"]
+                  f"{{{{- with {v}.extraArgs }}}}", "{{- toYaml . | nindent %N% }}", "{{- end }}"]
 
 
 def _ports(ports: list[dict[str, Any]], values_ports: dict[str, int]) -> list[str]:
@@ -178,11 +184,9 @@ def _ports(ports: list[dict[str, Any]], values_ports: dict[str, int]) -> list[st
         text = _dump([p]).splitlines()
         if p["name"] in ("proxy", "webhook-server"):
             values_ports[p["name"]] = p["containerPort"]
-        if p["name"] == "proxy":
+        if p["name"] == "proxy":  # only the proxy's Deployment has it (rendered only with proxy.enabled)
             text = [s.replace(f"containerPort: {p['containerPort']}", "containerPort: {{ .Values.proxy.port }}") for s in text]
-            out += ["{{- if .Values.proxy.enabled }}", *text, "{{- end }}"]
-        elif p["name"] == "proxy-gateway":
-            out += ["{{- if .Values.proxy.enabled }}", *text, "{{- end }}"]
+            out += text
         elif p["name"] == "webhook-server":
             text = [s.replace(f"containerPort: {p['containerPort']}", "containerPort: {{ .Values.webhooks.port }}") for s in text]
             out += ["{{- if .Values.webhooks.enabled }}", *text, "{{- end }}"]
@@ -191,29 +195,37 @@ def _ports(ports: list[dict[str, Any]], values_ports: dict[str, int]) -> list[st
     return out
 
 
+#: Deployment -> (its container, the values path of its own keys): the operator's keys are
+#: top-level (replicas, resources, ...), the proxy's under proxy.
+DEPLOYMENTS = {"kaiwo-controller-manager": ("manager", ".Values"), "kaiwo-proxy": ("proxy", ".Values.proxy")}
+
+
 def _deployment(obj: dict[str, Any], holes: Holes, values: dict[str, Any]) -> None:
+    container, v = DEPLOYMENTS[obj["metadata"]["name"]]
+    own = values if v == ".Values" else values.setdefault("proxy", {})
     spec = obj["spec"]
-    values["replicas"] = spec["replicas"]
-    spec["replicas"] = holes.scalar("{{ .Values.replicas }}")
+    own["replicas"] = spec["replicas"]
+    spec["replicas"] = holes.scalar(f"{{{{ {v}.replicas }}}}")
     pod = spec["template"]["spec"]
-    c = next(c for c in pod["containers"] if c["name"] == "manager")
+    c = next(c for c in pod["containers"] if c["name"] == container)
     repo, _, tag = c["image"].rpartition(":")
-    values["image"] = {"repository": repo, "tag": tag, "pullPolicy": c.get("imagePullPolicy", "IfNotPresent")}
+    image_values = {"repository": repo, "tag": tag, "pullPolicy": c.get("imagePullPolicy", "IfNotPresent")}
+    assert values.setdefault("image", image_values) == image_values, "the Deployments of config/ run different images"
     image = holes.scalar('{{ include "kaiwo-ctrl.image" . | quote }}')
     for e in c.get("env", []):
         if e.get("value") == c["image"]:
             e["value"] = image  # the operator passes its own image to the Jobs it creates
     c["image"] = image
     c["imagePullPolicy"] = holes.scalar("{{ .Values.image.pullPolicy }}")
-    c["args"] = {holes.block(_literal(["args:", *_args(c.get("args", []))])): ""}
+    c["args"] = {holes.block(_literal(["args:", *_args(c.get("args", []), v)])): ""}
     c["ports"] = {holes.block(_literal(["ports:", *_ports(c.get("ports", []), values.setdefault("ports", {}))])): ""}
-    values["resources"] = c.get("resources", {})
-    c["resources"] = {holes.block(_yaml_block(".Values.resources", "resources")): ""}
+    own["resources"] = c.get("resources", {})
+    c["resources"] = {holes.block(_yaml_block(f"{v}.resources", "resources")): ""}
     _flatten_block_keys(c)
     for key in ("nodeSelector", "tolerations", "affinity"):
         assert key not in pod, f"config/ sets the pod's {key}; make it the default of values.{key}"
-        pod[holes.block(_yaml_block(f".Values.{key}", key))] = ""
-    pod[holes.block(_literal(["{{- with .Values.priorityClassName }}", "priorityClassName: {{ . }}", "{{- end }}"]))] = ""
+        pod[holes.block(_yaml_block(f"{v}.{key}", key))] = ""
+    pod[holes.block(_literal([f"{{{{- with {v}.priorityClassName }}}}", "priorityClassName: {{ . }}", "{{- end }}"]))] = ""
     pod[holes.block(_yaml_block(".Values.imagePullSecrets", "imagePullSecrets"))] = ""
 
 
@@ -240,9 +252,8 @@ def _model_config(obj: dict[str, Any], holes: Holes, values: dict[str, Any]) -> 
 def _service(obj: dict[str, Any], holes: Holes) -> None:
     if obj["metadata"]["name"] != "kaiwo-proxy":
         return
-    spec = obj["spec"]
-    spec["type"] = holes.scalar("{{ .Values.proxy.service.type }}")
-    spec["ports"][0]["port"] = holes.scalar("{{ .Values.proxy.service.port }}")
+    # its type stays ClusterIP: kaiwo-ctrl.validate refuses any other proxy.service.type
+    obj["spec"]["ports"][0]["port"] = holes.scalar("{{ .Values.proxy.service.port }}")
 
 
 def _dashboards(obj: dict[str, Any], holes: Holes, files: dict[str, str]) -> None:
@@ -336,8 +347,10 @@ def render_values(v: dict[str, Any]) -> str:
         return _dump({key: value}).rstrip()
 
     model = "\n".join(block(k, v[k]) for k in MODEL_CONFIG_KEYS)
+    proxy_resources = "\n".join("  " + line for line in block("resources", v["proxy"]["resources"]).splitlines())
     return VALUES.format(marker=MARKER, image=block("image", v["image"]), replicas=v["replicas"],
                          resources=block("resources", v["resources"]), model=model,
+                         proxy_replicas=v["proxy"]["replicas"], proxy_resources=proxy_resources,
                          proxy_port=v["ports"]["proxy"], webhook_port=v["ports"]["webhook-server"])
 
 

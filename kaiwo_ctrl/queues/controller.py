@@ -41,7 +41,7 @@ from kaiwo_ctrl.runtime.api.resources import NAMESPACES, NODES
 from kaiwo_ctrl.settings import settings_for
 
 from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, QUEUE_CONFIG_NAME
-from .defaults import ensure_default_queue_config, queue_config_spec_equivalent
+from .defaults import default_topology_name, ensure_default_queue_config, queue_config_spec_equivalent
 from .kueue import desired_kueue_objects
 from .nodepools import NodePool, discover, exclude_control_plane_setting, node_patches, topology_label_patches
 from .plan import key_str, object_key, plan_sync
@@ -213,7 +213,8 @@ class QueueConfigReconciler:
                 for cq in self.kueue[CLUSTER_QUEUE].list()
                 if not deleting(cq) and uid(cq)
             }
-            state = desired_kueue_objects(queue_config, uids)
+            topology = default_topology_name(self.settings.current().to_k8s())
+            state = desired_kueue_objects(queue_config, uids, default_topology=topology)
             existing = [o for inf in self.kueue.values() for o in inf.list()]
             plan = plan_sync(state.objects, existing, state.hold, meta(queue_config).get("name") or QUEUE_CONFIG_NAME)
             # A LocalQueue in a namespace that does not exist would only fail:

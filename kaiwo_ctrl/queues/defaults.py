@@ -78,10 +78,11 @@ def default_cluster_queue(
     return {"name": name, "namespaces": [], "spec": spec}
 
 
-def default_topology() -> dict[str, Any]:
-    """The queue-config ``topologies`` entry ``default-topology``."""
+def default_topology(name: str = DEFAULT_TOPOLOGY_NAME) -> dict[str, Any]:
+    """The queue-config ``topologies`` entry for the default Topology ``name``
+    (KaiwoConfig ``spec.defaultTopologyName``)."""
     return {
-        "metadata": {"name": DEFAULT_TOPOLOGY_NAME},
+        "metadata": {"name": name},
         "spec": {
             "levels": [
                 {"nodeLabel": TOPOLOGY_BLOCK_LABEL},
@@ -96,14 +97,15 @@ def default_queue_config_spec(
     pools: Iterable[NodePool],
     cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
     cohort: str = DEFAULT_COHORT_NAME,
+    topology: str = DEFAULT_TOPOLOGY_NAME,
 ) -> dict[str, Any]:
     """Spec of a freshly created queue config: the default queue, the discovered flavors
-    and the default topology."""
+    and the default topology (named ``topology``, which the flavors reference)."""
     pools = sorted(pools, key=NodePool.sort_key)
     return {
         "clusterQueues": [default_cluster_queue(pools, cluster_queue_name, cohort)],
-        "resourceFlavors": flavor_specs(pools),
-        "topologies": [default_topology()],
+        "resourceFlavors": flavor_specs(pools, topology),
+        "topologies": [default_topology(topology)],
     }
 
 
@@ -111,13 +113,14 @@ def default_queue_config(
     pools: Iterable[NodePool],
     cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
     cohort: str = DEFAULT_COHORT_NAME,
+    topology: str = DEFAULT_TOPOLOGY_NAME,
 ) -> dict[str, Any]:
     """A complete ``KaiwoQueueConfig/kaiwo`` object to create when none exists."""
     return {
         "apiVersion": QUEUE_CONFIG_API_VERSION,
         "kind": QUEUE_CONFIG_KIND,
         "metadata": {"name": QUEUE_CONFIG_NAME},
-        "spec": default_queue_config_spec(pools, cluster_queue_name, cohort),
+        "spec": default_queue_config_spec(pools, cluster_queue_name, cohort, topology),
     }
 
 
@@ -161,6 +164,7 @@ def merge_queue_config_spec(
     pools: Iterable[NodePool],
     cluster_queue_name: str = DEFAULT_CLUSTER_QUEUE_NAME,
     cohort: str = DEFAULT_COHORT_NAME,
+    topology: str = DEFAULT_TOPOLOGY_NAME,
 ) -> dict[str, Any]:
     """Merge discovery into an existing queue-config spec (or object/model).
 
@@ -171,11 +175,11 @@ def merge_queue_config_spec(
     """
     pools = sorted(pools, key=NodePool.sort_key)
     spec = copy.deepcopy(_as_spec(existing))
-    spec["resourceFlavors"] = merge_by_name(spec.get("resourceFlavors"), flavor_specs(pools))
+    spec["resourceFlavors"] = merge_by_name(spec.get("resourceFlavors"), flavor_specs(pools, topology))
     spec["clusterQueues"] = merge_by_name(
         spec.get("clusterQueues"), [default_cluster_queue(pools, cluster_queue_name, cohort)]
     )
-    spec["topologies"] = merge_by_name(spec.get("topologies"), [default_topology()])
+    spec["topologies"] = merge_by_name(spec.get("topologies"), [default_topology(topology)])
     return spec
 
 
@@ -190,6 +194,13 @@ def _config_spec(config: Any) -> Mapping[str, Any]:
     if hasattr(config, "to_k8s"):
         config = config.to_k8s()
     return config["spec"] if isinstance(config.get("spec"), Mapping) else config
+
+
+def default_topology_name(config: Any) -> str:
+    """KaiwoConfig ``spec.defaultTopologyName``; empty or absent (a config stored before
+    the field existed) means ``default-topology``, as upstream Kaiwo falls back."""
+    name = _config_spec(config).get("defaultTopologyName")
+    return name if isinstance(name, str) and name else DEFAULT_TOPOLOGY_NAME
 
 
 @dataclass
@@ -219,8 +230,8 @@ def ensure_default_queue_config(
 
     ``existing`` is the current KaiwoQueueConfig (object dict or model) or ``None``;
     ``config`` the KaiwoConfig (object, spec or model) supplying
-    ``defaultClusterQueueName``, ``defaultClusterQueueCohortName`` and the ``nodes``
-    settings. Nothing to write on an unchanged cluster: ``create`` and ``spec`` are
+    ``defaultClusterQueueName``, ``defaultClusterQueueCohortName``,
+    ``defaultTopologyName`` and the ``nodes`` settings. Nothing to write on an unchanged cluster: ``create`` and ``spec`` are
     ``None`` and ``node_patches`` is empty.
 
     ``spec_schema`` is the installed CRD's schema of ``spec``: the stored spec
@@ -232,13 +243,14 @@ def ensure_default_queue_config(
     cfg = _config_spec(config)
     name = cfg.get("defaultClusterQueueName") or DEFAULT_CLUSTER_QUEUE_NAME
     cohort = cfg.get("defaultClusterQueueCohortName") or DEFAULT_COHORT_NAME
+    topology = default_topology_name(cfg)
     pools = discover(nodes, exclude_control_plane_setting(config))
     result = EnsureDefault(pools=pools, node_patches=node_patches(pools, nodes, config))
     if existing is None:
-        result.create = default_queue_config(pools, name, cohort)
+        result.create = default_queue_config(pools, name, cohort, topology)
         return result
     current = _as_spec(existing)
-    merged = apply_defaults(merge_queue_config_spec(current, pools, name, cohort), spec_schema)
+    merged = apply_defaults(merge_queue_config_spec(current, pools, name, cohort, topology), spec_schema)
     if merged != current:
         result.spec = merged
     return result

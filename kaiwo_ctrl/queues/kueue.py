@@ -133,13 +133,20 @@ def _meta(
 # ---------------------------------------------------------------------------
 
 
-def resource_flavor(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAME, owner: dict | None = None) -> dict:
+def resource_flavor(
+    entry: Mapping[str, Any],
+    *,
+    qc_name: str = QUEUE_CONFIG_NAME,
+    owner: dict | None = None,
+    default_topology: str = DEFAULT_TOPOLOGY_NAME,
+) -> dict:
     """ResourceFlavor from a ``spec.resourceFlavors[]`` entry.
 
     ``nodeLabels`` are copied; a flavor without its own node labels gets
     ``kaiwo/worker: "true"`` (Kueue requires a node label on a flavor with a
     topology, and it keeps the flavor to pool nodes). Without a ``topologyName``
-    the flavor gets ``topologyName: default-topology``. ``taints``/``tolerations``
+    the flavor gets ``default_topology`` (KaiwoConfig ``spec.defaultTopologyName``,
+    the Topology the generated queue config defines). ``taints``/``tolerations``
     of the entry are not propagated: only the node labels and the topology reach
     the flavor.
 
@@ -153,7 +160,7 @@ def resource_flavor(entry: Mapping[str, Any], *, qc_name: str = QUEUE_CONFIG_NAM
     wrote them.
     """
     node_labels = dict(entry.get("nodeLabels") or {}) or {WORKER_LABEL: "true"}
-    spec: dict[str, Any] = {"nodeLabels": node_labels, "topologyName": entry.get("topologyName") or DEFAULT_TOPOLOGY_NAME}
+    spec: dict[str, Any] = {"nodeLabels": node_labels, "topologyName": entry.get("topologyName") or default_topology}
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": RESOURCE_FLAVOR,
@@ -268,11 +275,14 @@ def _split(queue_config: Any) -> tuple[dict, str, str | None]:
 def desired_kueue_objects(
     queue_config: Any,
     cluster_queue_uids: Mapping[str, str] | None = None,
+    *,
+    default_topology: str = DEFAULT_TOPOLOGY_NAME,
 ) -> DesiredState:
     """Build the desired Kueue objects for a queue config (object dict, spec dict or model).
 
     ``cluster_queue_uids`` maps existing ClusterQueue names to their UIDs (for the
-    LocalQueue owner references). Items with validation problems are left out of
+    LocalQueue owner references); ``default_topology`` is the Topology a flavor
+    without ``topologyName`` references (KaiwoConfig ``spec.defaultTopologyName``). Items with validation problems are left out of
     ``objects`` and their existing objects are put on ``hold`` so one bad item never
     tears down something that works.
     """
@@ -299,7 +309,7 @@ def desired_kueue_objects(
             topologies.append(topology(entry, qc_name=qc_name, owner=owner))
     for i, entry in enumerate(entries(spec, "resourceFlavors")):
         if usable(RESOURCE_FLAVOR, i, entry_name(entry)):
-            flavors.append(resource_flavor(entry, qc_name=qc_name, owner=owner))
+            flavors.append(resource_flavor(entry, qc_name=qc_name, owner=owner, default_topology=default_topology))
     for i, entry in enumerate(entries(spec, "workloadPriorityClasses")):
         if usable(WORKLOAD_PRIORITY_CLASS, i, entry_name(entry)):
             wpcs.append(workload_priority_class(entry, qc_name=qc_name, owner=owner))

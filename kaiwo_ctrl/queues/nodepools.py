@@ -226,12 +226,10 @@ def discover(nodes: Iterable[Mapping[str, Any]], exclude_control_plane: bool = F
     return sorted(pools.values(), key=NodePool.sort_key)
 
 
-def flavor_specs(pools: Iterable[NodePool]) -> list[dict[str, Any]]:
-    """Queue-config ``resourceFlavors`` entries for discovered pools."""
-    return [
-        {"name": p.name, "nodeLabels": {NODEPOOL_LABEL: p.name}, "topologyName": DEFAULT_TOPOLOGY_NAME}
-        for p in pools
-    ]
+def flavor_specs(pools: Iterable[NodePool], topology: str = DEFAULT_TOPOLOGY_NAME) -> list[dict[str, Any]]:
+    """Queue-config ``resourceFlavors`` entries for discovered pools, each referencing
+    ``topology`` (KaiwoConfig ``spec.defaultTopologyName``)."""
+    return [{"name": p.name, "nodeLabels": {NODEPOOL_LABEL: p.name}, "topologyName": topology} for p in pools]
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
@@ -166,8 +167,11 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     """The proxy (unless disabled) and, with ``autoscaler``, the leader-only autoscaler.
 
     ``model_config`` (a serving ``SystemConfig``) supplies the autoscaler settings the
-    flags leave unset.
+    flags leave unset; its ``proxy.mode: external`` (KubeAI 0.23) means neither runs here.
     """
+    if getattr(model_config, "proxy_mode", "internal") == "external":
+        log.info("proxy.mode external: no proxy listener and no autoscaler in this process")
+        return None
     server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None
@@ -197,8 +201,20 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     return server
 
 
+def _bind_error(server: ProxyServer, e: OSError) -> ListenerError:
+    """A listener that failed to bind, named by its flag (which one: the first not yet started)."""
+    if not server.started.is_set():
+        flag, addr = "--proxy-bind-address", server.bind
+    else:
+        flag, addr = "--proxy-gateway-bind-address", server.gateway_bind or ("", 0)
+    return ListenerError(flag, f"{addr[0]}:{addr[1]}", bind_reason(e))
+
+
 async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: asyncio.Event) -> None:
-    """Run the manager, and the proxy (in every replica) once the caches have synced."""
+    """Run the manager, and the proxy (in every replica) once the caches have synced.
+    A proxy listener that cannot bind (taken after the start-up check) stops the process
+    with a :class:`ListenerError` naming its flag."""
+    bind_failed: list[ListenerError] = []
 
     async def serve() -> None:
         await mgr.ready.wait()
@@ -206,13 +222,19 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
         background = [asyncio.create_task(fn()) for fn in server.handler.tracker.background]  # type: ignore[union-attr]
         try:
             await server.run()  # type: ignore[union-attr]
+        except OSError as e:
+            if server.started.is_set() and (server.gateway_bind is None or server.gateway_started.is_set()):  # type: ignore[union-attr]
+                raise  # every listener was up: not a bind failure
+            bind_failed.append(_bind_error(server, e))  # type: ignore[arg-type]
+            raise bind_failed[-1] from e
         finally:
             for t in background:
                 t.cancel()
 
     def failed(t: asyncio.Task) -> None:
         if not t.cancelled() and t.exception() is not None:
-            log.error("proxy failed, stopping", extra={"error": repr(t.exception())[:300]})
+            e = t.exception()
+            log.error("proxy failed, stopping", extra={"error": (str(e) if isinstance(e, ListenerError) else repr(e))[:300]})
             stop.set()
 
     task = asyncio.create_task(serve(), name="proxy") if server is not None else None
@@ -235,3 +257,5 @@ async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: async
             # a stopped proxy drains its requests first (ProxyServer.drain_timeout)
             with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(task, server.drain_timeout + 5)  # type: ignore[union-attr]
+    if bind_failed:
+        raise bind_failed[0]

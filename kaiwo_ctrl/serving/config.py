@@ -3,7 +3,10 @@
 The file uses KubeAI's keys, so a KubeAI system config works unchanged:
 ``resourceProfiles``, ``cacheProfiles``, ``modelServers.<Engine>.images``,
 ``modelLoading.image``, ``modelServerPods``, ``modelRollouts.surge``,
-``modelAutoscaling`` and ``secretNames``. KubeAI keys this operator does not
+``modelAutoscaling``, ``secretNames`` and ``proxy.mode`` (KubeAI 0.23: ``internal``,
+the default, or ``external``: no proxy and no autoscaler in this process and a
+headless Service per Model; read at start-up only, see :mod:`.external`). KubeAI
+keys this operator does not
 use (``metricsAddr``, ``leaderElection``, ``messaging`` ...) are accepted and
 ignored.
 
@@ -145,6 +148,7 @@ class SystemConfig:
     autoscaling_time_window: float
     autoscaling_state_configmap: str
     secret_names: dict[str, str]
+    proxy_mode: str = "internal"
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     digest: str = ""
 
@@ -162,7 +166,7 @@ def _merge(defaults: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
                     base["images"] = {**base.get("images", {}), **dict(images)}
                 else:
                     base["images"] = images  # validated below
-        elif key in ("secretNames", "modelLoading", "modelServerPods", "modelRollouts", "modelAutoscaling") and isinstance(
+        elif key in ("secretNames", "modelLoading", "modelServerPods", "modelRollouts", "modelAutoscaling", "proxy") and isinstance(
             value, Mapping
         ):
             out[key] = {**out.get(key, {}), **copy.deepcopy(dict(value))}
@@ -265,6 +269,16 @@ def _server_pods(raw: Mapping[str, Any]) -> dict[str, Any]:
     return pods
 
 
+PROXY_MODES = ("internal", "external")
+
+
+def _proxy_mode(raw: Mapping[str, Any]) -> str:
+    mode = _string(_mapping(raw.get("proxy"), "proxy").get("mode"), "proxy.mode") or "internal"
+    if mode not in PROXY_MODES:
+        raise ConfigError("proxy.mode", f"must be internal or external, got {mode!r}")
+    return mode
+
+
 def parse_config(data: Mapping[str, Any] | None) -> SystemConfig:
     """Validate ``data`` (a file's YAML) merged over the built-in defaults."""
     if data is not None and not isinstance(data, Mapping):
@@ -290,6 +304,7 @@ def parse_config(data: Mapping[str, Any] | None) -> SystemConfig:
         autoscaling_time_window=_seconds(auto.get("timeWindow", "10m"), "modelAutoscaling.timeWindow"),
         autoscaling_state_configmap=_string(auto.get("stateConfigMapName"), "modelAutoscaling.stateConfigMapName") or "",
         secret_names={k: v for k, v in secrets.items() if v},
+        proxy_mode=_proxy_mode(raw),
         raw=raw,
         digest=hashlib.sha256(repr(sorted(raw.items(), key=lambda kv: kv[0])).encode()).hexdigest()[:16],
     )

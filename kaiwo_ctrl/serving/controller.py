@@ -8,7 +8,7 @@ One reconcile per Model reads the caches and, in order:
    ends in ``ConfigValid=False`` naming it, a Warning event and no Pod
    changes; other Models are unaffected and the Model is retried when the
    system config changes;
-3. syncs the files ConfigMap;
+3. syncs the files ConfigMap (and, with ``proxy.mode: external``, the headless Service);
 4. runs the cache state machine when a cache profile is set (:mod:`.cache`);
 5. executes the rollout plan (:mod:`.rollout`);
 6. writes ``status`` only when it differs.
@@ -43,6 +43,7 @@ from . import cache as cachelib
 from .adapters import SYNC_ERRORS, AdapterSync
 from .admission import KueueAdmission, Quota, queue_labels
 from .config import ConfigSource
+from .external import ExternalMode
 from .files import configmap_name, desired_configmap
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
 from .rollout import plan
@@ -129,6 +130,7 @@ class ModelReconciler:
         self.cache = cachelib.CacheManager(self)
         self.adapters = AdapterSync(self.client, self.expectations)
         self.kueue = KueueAdmission(mgr)
+        self.external = ExternalMode(mgr, source, SELECTOR)  # proxy.mode: headless Services, ScaleFromZero
 
     # ------------------------------------------------------------ wiring
     def setup(self, workers: int = 4) -> None:
@@ -137,6 +139,7 @@ class ModelReconciler:
         c.watches(self.pods, self._map_labelled)
         c.owns(self.configmaps, "kubeai.org", "Model")
         c.owns(self.jobs, "kubeai.org", "Model")
+        c.owns(self.external.services, "kubeai.org", "Model")
         c.watches(self.pvcs, self._map_pvc)
         # credentials and pull secrets of the namespace: a change re-renders its Models' Pods
         c.watches(self.aim_configs, self._map_namespace, predicates=[GenerationChanged()])
@@ -222,6 +225,7 @@ class ModelReconciler:
             await self.cache.finalize(model, self.model_pods(req.namespace, req.name, model["metadata"].get("uid")))
             return None
         model = await self._sync_model_object(key, model)
+        await self.external.sync(model)
         config = self.source.current
         queue = self.kueue.queue_of(model)
         try:
@@ -371,7 +375,7 @@ class ModelReconciler:
     async def _set_status(self, key: Key, model: dict, status: dict) -> None:
         """``status`` when it differs, through the manager's one status writer (guarded
         by the resourceVersion of ``model``; read back until the cache shows it)."""
-        meta = model["metadata"]
+        meta, status = model["metadata"], self.external.status(model, status)
         if status == (model.get("status") or {}) or meta.get("deletionTimestamp"):
             return
         try:

@@ -136,3 +136,65 @@ async def test_adapter_requests_go_to_pods_with_the_adapter_and_wait_for_one(pro
     code, _, raw = await asyncio.wait_for(pending, 30)
     assert code == 200 and orjson.loads(raw)["model"] == "law"
     assert proxy.metric("kaiwo_proxy_active_requests", model_namespace=namespace, model_name="base") == 0
+
+
+async def test_responses_route_forwards_like_chat_streaming_and_not(proxy, admin, namespace, backends):
+    """``POST /openai/v1/responses`` (KubeAI 0.23): the engine gets ``/v1/responses`` with the
+    body as sent (model rewritten only where the name needs it), answered whole or as SSE."""
+    create_model(admin, namespace, "resp", autoscalingDisabled=True)
+    b = await backends("resp")
+    b.sse_chunks = 3
+    server_pod(admin, namespace, "resp", b)
+    await proxy.wait_endpoints(namespace, "resp", 1)
+    body = b'{"model":"resp", "input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}], "store":false}'
+    code, _, raw = await proxy.post("/openai/v1/responses", body, headers={"Content-Type": "application/json"})
+    assert code == 200, raw
+    assert orjson.loads(raw) == {"server": "resp", "model": "resp", "path": "/v1/responses"}
+    got = b.requests[-1]
+    assert got["path"] == "/v1/responses" and got["body"] == body, "forwarded byte for byte"
+    # a namespace-qualified name is rewritten for the engine, every other field kept
+    code, _, raw = await proxy.post("/openai/v1/responses", {"model": f"{namespace}/resp", "input": "x", "instructions": "be brief"})
+    assert code == 200, raw
+    assert orjson.loads(b.requests[-1]["body"]) == {"model": "resp", "input": "x", "instructions": "be brief"}
+    # the path form, streaming
+    async with proxy.http.post(proxy.url + f"/{namespace}/resp/v1/responses",
+                               json={"model": "resp", "input": "stream it", "stream": True}) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        lines = [line async for line in r.content if line.startswith(b"data: ")]
+    assert lines[-1] == b"data: [DONE]\n" and len(lines) == 4
+    assert b.requests[-1]["path"] == "/v1/responses"
+    assert orjson.loads(b.requests[-1]["body"]) == {"model": "resp", "input": "stream it", "stream": True}
+    # bad bodies are the same 400s as on the other JSON routes; nothing reaches the engine
+    sent = len(b.requests)
+    for bad, text in ((b"{not json", "not valid JSON"), (b'{"input":"x"}', "missing 'model'"), (b'"x"', "JSON object")):
+        code, _, raw = await proxy.post("/openai/v1/responses", bad, headers={"Content-Type": "application/json"})
+        assert code == 400 and text in orjson.loads(raw)["error"]["message"], raw
+    assert len(b.requests) == sent
+
+
+async def test_responses_prefix_hash_keys_on_the_input_or_first_user_item(proxy, admin, namespace, backends):
+    """PrefixHash hashes a Responses request's ``input`` string, or its first user item's
+    text: the same conversation start goes to the same engine whichever shape it is sent in."""
+    create_model(admin, namespace, "rph", autoscalingDisabled=True,
+                 loadBalancing={"strategy": "PrefixHash", "prefixHash": {"prefixCharLength": 12}})
+    bs = [await backends(f"rph{i}") for i in range(3)]
+    for b in bs:
+        server_pod(admin, namespace, "rph", b)
+    await proxy.wait_endpoints(namespace, "rph", 3)
+    home: dict[str, str] = {}
+    for t in range(24):
+        start = f"tenant-{t:03d} | "
+        shapes = [
+            {"model": "rph", "input": start + "plain string input"},
+            {"model": "rph", "input": [{"role": "system", "content": "sys"}, {"role": "user", "content": start + "as an item"}]},
+            {"model": "rph", "input": [{"type": "message", "role": "user",
+                                        "content": [{"type": "input_text", "text": start + "as parts"}]}], "stream": False},
+        ]
+        for body in shapes:
+            code, _, raw = await proxy.post("/openai/v1/responses", body)
+            assert code == 200, raw
+            server = orjson.loads(raw)["server"]
+            assert home.setdefault(start[:12], server) == server, (t, body)
+    assert len(set(home.values())) == 3, "different conversation starts spread over the engines"
+    assert sum(len(b.requests) for b in bs) == 72
+    assert all(r["path"] == "/v1/responses" for b in bs for r in b.requests)

@@ -843,3 +843,46 @@ async def test_local_queue_for_a_namespace_created_later(operator, kube):
         lambda: (queue_config(kube).get("status") or {}).get("status") == "READY", what="READY once the namespace exists"
     )
     await assert_idle_without_writes(op)
+
+
+async def test_migrated_config_with_default_topology_name_reads_back_and_names_the_generated_topology(operator, kube):
+    """A KaiwoConfig written for upstream Kaiwo (April 2026) with ``defaultTopologyName``:
+    the API server stores it as written (nothing pruned), and the operator's generated
+    queue config defines that Topology, which the discovered flavors reference."""
+    migrated = {
+        "dynamicallyUpdateDefaultClusterQueue": False,
+        "defaultTopologyName": "gpu-tas",
+        "ray": {"headPodMemory": "16Gi"},
+        "scheduling": {"pendingThresholdForPreemption": "1s"},
+        "storage": {"defaultStorageClass": "rwx-nfs"},
+    }
+    body = {"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
+            "metadata": {"name": "kaiwo"}, "spec": migrated}
+    r = kube.post(CONFIG_URL, json=body)
+    assert r.status_code == 201, r.text
+    stored = get(kube, f"{CONFIG_URL}/kaiwo")["spec"]
+    for key, value in migrated.items():
+        if isinstance(value, dict):
+            assert {k: stored[key].get(k) for k in value} == value, key
+        else:
+            assert stored[key] == value, key
+    add_node(kube, "nv-0", "nvidia")
+    op = await operator()
+    await eventually(lambda: "gpu-tas" in names(kube, "topologies"), what="Topology gpu-tas")
+    topo = get(kube, f"{KUEUE}/topologies/gpu-tas")
+    assert [lvl["nodeLabel"] for lvl in topo["spec"]["levels"]] == [
+        "kaiwo/topology-block", "kaiwo/topology-rack", "kubernetes.io/hostname"]
+    assert "default-topology" not in names(kube, "topologies")
+    await eventually(lambda: NVIDIA_FLAVOR in names(kube, "resourceflavors"), what="flavor")
+    assert get(kube, f"{KUEUE}/resourceflavors/{NVIDIA_FLAVOR}")["spec"]["topologyName"] == "gpu-tas"
+    qc = queue_config(kube)
+    assert [t["metadata"]["name"] for t in qc["spec"]["topologies"]] == ["gpu-tas"]
+    assert get(kube, f"{CONFIG_URL}/kaiwo")["spec"]["defaultTopologyName"] == "gpu-tas"  # still as written
+    await assert_idle_without_writes(op)
+
+
+async def test_config_without_default_topology_name_gets_upstreams_default(operator, kube):
+    r = kube.post(CONFIG_URL, json={"apiVersion": "config.kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoConfig",
+                                    "metadata": {"name": "kaiwo"}, "spec": {}})
+    assert r.status_code == 201, r.text
+    assert get(kube, f"{CONFIG_URL}/kaiwo")["spec"]["defaultTopologyName"] == "default-topology"

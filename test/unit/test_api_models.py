@@ -136,6 +136,7 @@ def test_empty_kaiwo_config_gets_every_default():
         "defaultClusterQueueName": "kaiwo",
         "defaultClusterQueueCohortName": "kaiwo",
         "dynamicallyUpdateDefaultClusterQueue": False,
+        "defaultTopologyName": "default-topology",  # upstream Kaiwo's default (#432)
         "models": {"inferencePools": False},
     }
     # no spec at all behaves the same (the CRD defaults spec to {})

@@ -83,7 +83,7 @@ def normalize(obj: dict[str, Any], *, chart: bool) -> dict[str, Any]:
         md.pop("annotations", None)
     if obj["kind"] == "Deployment" and chart:
         c = obj["spec"]["template"]["spec"]["containers"][0]
-        # logLevel / logFormat: the chart passes the operator's own defaults explicitly
+        # logLevel / logFormat: the chart passes the operator's (and the proxy's) own defaults explicitly
         c["args"] = [a for a in c["args"] if a not in ("--log-level=info", "--log-format=json")]
     if obj["kind"] == "ConfigMap":
         # the model config (comments differ) and the dashboards compare parsed
@@ -141,8 +141,8 @@ def test_helm_lint_strict(helm, extra):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def _deployment(docs):
-    dep = by_key(docs)[("Deployment", "kaiwo-controller-manager")]
+def _deployment(docs, name="kaiwo-controller-manager"):
+    dep = by_key(docs)[("Deployment", name)]
     return dep, dep["spec"]["template"]["spec"], dep["spec"]["template"]["spec"]["containers"][0]
 
 
@@ -150,7 +150,9 @@ def test_values_change_what_they_say(helm, tmp_path):
     values = {
         "image": {"repository": "registry.example/kaiwo-ctrl", "tag": "9.9.9", "pullPolicy": "Always"},
         "replicas": 3, "resources": {"requests": {"cpu": "1"}}, "logLevel": "debug", "logFormat": "console",
-        "proxy": {"enabled": True, "port": 8100, "service": {"type": "LoadBalancer", "port": 8080}},
+        "proxy": {"enabled": True, "port": 8100, "replicas": 5, "service": {"type": "ClusterIP", "port": 8080},
+                  "resources": {"limits": {"memory": "3Gi"}}, "extraArgs": ["--proxy-request-timeout=10m"],
+                  "nodeSelector": {"pool": "proxy"}, "priorityClassName": "proxy-critical"},
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
         "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
@@ -165,12 +167,24 @@ def test_values_change_what_they_say(helm, tmp_path):
     assert c["image"] == "registry.example/kaiwo-ctrl:9.9.9" and c["imagePullPolicy"] == "Always"
     assert {"name": "KAIWO_CTRL_IMAGE", "value": "registry.example/kaiwo-ctrl:9.9.9"} in c["env"]
     assert c["resources"] == {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}  # merged over the defaults
-    assert {"--leader-elect", "--log-level=debug", "--log-format=console", "--proxy-bind-address=:8100", "--workers=32"} <= set(c["args"])
-    assert {"name": "proxy", "containerPort": 8100, "protocol": "TCP"} in c["ports"]
+    assert {"--leader-elect", "--log-level=debug", "--log-format=console", "--workers=32"} <= set(c["args"])
+    # the operator serves no proxy: that is the proxy Deployment's
+    assert {"--proxy-bind-address=0", "--proxy-gateway-bind-address=0"} <= set(c["args"])
+    assert not {p["name"] for p in c["ports"]} & {"proxy", "proxy-gateway"}
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets"):
         assert pod[key] == values[key], key
+    pdep, ppod, pc = _deployment(docs, "kaiwo-proxy")
+    assert pdep["spec"]["replicas"] == 5 and pc["image"] == c["image"] and pc["command"] == ["kaiwo-ctrl", "proxy"]
+    assert {"--proxy-bind-address=:8100", "--proxy-request-timeout=10m", "--log-level=debug"} <= set(pc["args"])
+    assert "--workers=32" not in pc["args"]
+    assert {"name": "proxy", "containerPort": 8100, "protocol": "TCP"} in pc["ports"]
+    assert pc["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "3Gi"}}
+    assert ppod["nodeSelector"] == {"pool": "proxy"} and ppod["priorityClassName"] == "proxy-critical"
+    assert ppod["imagePullSecrets"] == values["imagePullSecrets"] and ppod["serviceAccountName"] == "kaiwo-proxy"
     proxy = by_key(docs)[("Service", "kaiwo-proxy")]["spec"]
-    assert proxy["type"] == "LoadBalancer" and proxy["ports"][0]["port"] == 8080
+    assert proxy["type"] == "ClusterIP" and proxy["ports"][0]["port"] == 8080
+    gateway = by_key(docs)[("Service", "kaiwo-proxy-gateway")]["spec"]
+    assert gateway["type"] == "ClusterIP" and [(p["port"], p["targetPort"]) for p in gateway["ports"]] == [(8001, "proxy-gateway")]
     crd = by_key(docs)[("CustomResourceDefinition", "kaiwojobs.kaiwo.silogen.ai")]
     assert "helm.sh/resource-policy" not in (crd["metadata"].get("annotations") or {})
     # the admission policies fence the ServiceAccount of the release's namespace
@@ -184,6 +198,8 @@ def test_disabling_proxy_webhooks_crds_and_leader_election(helm):
                                         "leaderElection.enabled=false,metrics.secure=false")
     kinds = by_key(docs)
     assert ("Service", "kaiwo-proxy") not in kinds and ("Service", "kaiwo-webhook-service") not in kinds
+    # proxy.enabled=false drops the proxy's Deployment, its Services and its identity
+    assert not [k for k in kinds if "proxy" in k[1]], [k for k in kinds if "proxy" in k[1]]
     assert not {k for k in kinds if k[0] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "CustomResourceDefinition")}
     _, _, c = _deployment(docs)
     assert "--proxy-bind-address=0" in c["args"]
@@ -194,7 +210,10 @@ def test_disabling_proxy_webhooks_crds_and_leader_election(helm):
 @pytest.mark.parametrize("bad, message", [
     (["--set", "replicas=2,leaderElection.enabled=false"], "needs leaderElection.enabled"),
     (["--set", "logFormat=text"], "logFormat must be"),
-    (["--set", "proxy.service.type=ExternalName"], "proxy.service.type must be"),
+    (["--set", "proxy.service.type=ExternalName"], "proxy.service.type must be ClusterIP"),
+    # the in-cluster listener serves every namespace's Models: never outside the cluster
+    (["--set", "proxy.service.type=LoadBalancer"], "proxy.service.type must be ClusterIP, not LoadBalancer"),
+    (["--set", "proxy.service.type=NodePort"], "proxy.service.type must be ClusterIP, not NodePort"),
 ])
 def test_invalid_values_are_refused(helm, bad, message):
     out = subprocess.run([helm, "template", "kaiwo", str(CHART), *bad], capture_output=True, text=True, check=False)

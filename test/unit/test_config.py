@@ -131,7 +131,7 @@ def test_manager_deployment(default):
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000, "proxy-gateway": 8001, "webhook-server": 9443}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook-server": 9443}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
 
@@ -140,17 +140,78 @@ def test_manager_deployment(default):
     assert args.health_probe_bind_address.endswith(":8081")
     assert args.metrics_bind_address.endswith(":8080")
     assert args.webhook_bind_address == ":9443" and not args.webhook_url_host  # served behind the webhook Service
-    # the Gateway's fenced listener is on, where the Service's gateway port sends it
-    assert args.proxy_bind_address == ":8000" and args.proxy_gateway_bind_address == ":8001"
-    service = one(default, "Service", "kaiwo-proxy")
-    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
-        "http": (80, "proxy"), "gateway": (8001, "proxy-gateway")}
+    # controllers and webhooks only: the proxy is its own Deployment (test_proxy_deployment)
+    assert args.proxy_bind_address == "0" and args.proxy_gateway_bind_address == "0"
 
     env = {e["name"]: e for e in c["env"]}
     assert env["DEFAULT_CLUSTER_QUEUE_NAME"]["value"] == "kaiwo"
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["KAIWO_CTRL_IMAGE"]["value"] == c["image"], "the replacement keeps KAIWO_CTRL_IMAGE equal to the image"
     assert c["image"] != "controller:latest"
+
+
+def test_proxy_deployment(default):
+    """The proxy is its own failure domain: its own Deployment, ServiceAccount, memory limit and probes,
+    behind two Services (in-cluster and Gateway) that select only its Pods."""
+    dep = one(default, "Deployment", "kaiwo-proxy")
+    pod = dep["spec"]["template"]["spec"]
+    c = next(c for c in pod["containers"] if c["name"] == "proxy")
+    assert dep["spec"]["replicas"] >= 2
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["resources"]["limits"]["memory"] and c["resources"]["requests"]["memory"] and c["resources"]["requests"]["cpu"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert c["image"] == manager_container(default)["image"]
+    args = build_parser().parse_args(c["command"][1:] + c["args"])
+    assert args.cmd == "proxy" and args.metrics_secure
+    assert args.proxy_bind_address == ":8000" and args.proxy_gateway_bind_address == ":8001"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081, "proxy": 8000, "proxy-gateway": 8001}
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    # the autoscaler (in the operator) finds the proxy Pods by its default peer selector
+    from kaiwo_ctrl.serving.command import DEFAULT_PEER_SELECTOR
+
+    key, _, value = DEFAULT_PEER_SELECTOR.partition("=")
+    assert pod_labels[key] == value
+    services = {name: one(default, "Service", name)["spec"] for name in ("kaiwo-proxy", "kaiwo-proxy-gateway")}
+    manager_labels = one(default, "Deployment", "kaiwo-controller-manager")["spec"]["template"]["metadata"]["labels"]
+    for spec in services.values():
+        assert spec["type"] == "ClusterIP"
+        assert all(pod_labels.get(k) == v for k, v in spec["selector"].items())
+        assert not all(manager_labels.get(k) == v for k, v in spec["selector"].items()), "the operator serves no proxy"
+    # two Services, so that a ReferenceGrant can name the Gateway one alone
+    assert [(p["port"], p["targetPort"]) for p in services["kaiwo-proxy"]["ports"]] == [(80, "proxy")]
+    assert [(p["port"], p["targetPort"]) for p in services["kaiwo-proxy-gateway"]["ports"]] == [(8001, "proxy-gateway")]
+
+
+def test_proxy_identity_is_its_own(default):
+    """The proxy's ServiceAccount is bound to the proxy's roles only: no operator role, no Secret but the route key."""
+    sa = one(default, "ServiceAccount", "kaiwo-proxy")["metadata"]
+    assert one(default, "Deployment", "kaiwo-proxy")["spec"]["template"]["spec"]["serviceAccountName"] == sa["name"]
+    subject = {"kind": "ServiceAccount", "name": sa["name"], "namespace": "kaiwo-system"}
+    bound = {(d["kind"], d["roleRef"]["name"]) for d in default
+             if d["kind"] in ("RoleBinding", "ClusterRoleBinding") and subject in d["subjects"]}
+    assert bound == {("ClusterRoleBinding", "kaiwo-proxy-role"), ("RoleBinding", "kaiwo-proxy-namespace-role")}
+    role = one(default, "Role", "kaiwo-proxy-namespace-role")
+    from kaiwo_ctrl.aim.fence import KEY_SECRET
+
+    assert {(r["resources"][0], tuple(r.get("resourceNames", ())), tuple(r["verbs"])) for r in role["rules"]} == {
+        ("secrets", (), ("create",)), ("secrets", (KEY_SECRET,), ("get",))}
+    cluster = one(default, "ClusterRole", "kaiwo-proxy-role")
+    granted = {(g, r, v) for rule in cluster["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert not {t for t in granted if t[1] == "secrets" or t[2] in ("create", "delete", "update") and "review" not in t[1]}
+    assert ("kubeai.org", "models/scale", "patch") in granted  # scale from zero
+
+
+def test_proxy_overlay_still_applies_and_scales_the_proxy(default):
+    """`kubectl apply -k config/overlays/proxy` (how the proxy got its own Deployment before) keeps working:
+    the same objects as config/default, with more and larger proxy replicas."""
+    docs = render("overlays/proxy")
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted((d["kind"], d["metadata"]["name"]) for d in default)
+    dep = one(docs, "Deployment", "kaiwo-proxy")
+    assert dep["spec"]["replicas"] > one(default, "Deployment", "kaiwo-proxy")["spec"]["replicas"]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "2Gi"
 
 
 def test_dev_overlay_debug_logging_one_replica():
@@ -170,7 +231,7 @@ def test_nvidia_overlay_kaiwoconfig():
     from api.config.v1alpha1 import KaiwoConfig
 
     assert KaiwoConfig.model_validate(cfg).spec.nodes.default_gpu_resource_key == "nvidia.com/gpu"
-    assert len(by_kind(docs, "Deployment")) == 1
+    assert len(by_kind(docs, "Deployment")) == 2  # the operator and the proxy
 
 
 def test_samples_are_valid_and_consistent():

@@ -48,8 +48,17 @@ def instructions() -> list[tuple[str, str]]:
 def manager_container() -> dict:
     out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "config" / "default")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    dep = next(d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment")
+    deps = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment"]
+    dep = next(d for d in deps if d["metadata"]["name"] == "kaiwo-controller-manager")
     return dep, next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
+
+
+def all_container_ports() -> set[int]:
+    """Ports of every Deployment of config/default (the operator and the proxy run this image)."""
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "config" / "default")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return {p["containerPort"] for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Deployment"
+            for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
 
 
 def test_hadolint_finds_nothing():
@@ -93,9 +102,9 @@ def test_entrypoint_matches_the_manager_deployment():
     # the installed console script is the one the entrypoint names
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[entry[0]] == "kaiwo_ctrl.cli:main"
-    # the exposed ports are the Deployment's
+    # the exposed ports are the Deployments' (the operator's and the proxy's, one image)
     exposed = {int(p) for op, rest in ins if op == "EXPOSE" for p in rest.split()}
-    assert exposed == {p["containerPort"] for p in c["ports"]}
+    assert exposed == all_container_ports()
 
 
 def test_build_context_ignore_files():

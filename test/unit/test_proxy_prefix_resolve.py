@@ -23,6 +23,23 @@ from kaiwo_ctrl.runtime.objects.labelselector import SelectorError, matches, par
         ("completions", {"prompt": ["first prompt", "second"]}, "first"),
         ("completions", {"prompt": [1, 2, 3]}, ""),
         ("embeddings", {"input": "anything"}, ""),
+        # responses (KubeAI 0.23): the input string, or the first user item read like a chat message
+        ("responses", {"input": "héllo wörld"}, "héllo"),
+        ("responses", {"input": ""}, ""),
+        ("responses", {"input": [{"role": "system", "content": "sys"}, {"role": "user", "content": "usr-1"},
+                                 {"role": "user", "content": "usr-2"}]}, "usr-1"),
+        ("responses", {"input": [{"type": "message", "role": "user",
+                                  "content": [{"type": "input_text", "text": "ab"}, {"type": "input_image", "image_url": "x"},
+                                              {"type": "input_text", "text": "cdef"}]}]}, "abcde"),
+        ("responses", {"input": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}, "hi"),  # upstream's shape
+        ("responses", {"input": [{"type": "function_call_output", "call_id": "c", "output": "tool says"},
+                                 {"role": "user", "content": "after"}]}, "after"),
+        ("responses", {"input": [{"role": "system", "content": "sys"}]}, ""),
+        ("responses", {"input": []}, ""),
+        ("responses", {"input": [1, None, "x", {"role": "user", "content": 7}]}, ""),
+        ("responses", {"input": {"role": "user"}}, ""),
+        ("responses", {"messages": [{"role": "user", "content": "chat shape"}]}, ""),
+        ("responses", {}, ""),
         ("audio/transcriptions", {}, ""),
     ],
 )
@@ -32,6 +49,8 @@ def test_prefix_extraction(route, body, want):
 
 def test_prefix_length_counts_code_points():
     assert extract_prefix("completions", {"prompt": "日本語のテキスト"}, 3) == "日本語"
+    assert extract_prefix("responses", {"input": "世界"}, 1) == "世"
+    assert extract_prefix("responses", {"input": "hello"}, 0) == ""
 
 
 @pytest.mark.parametrize(

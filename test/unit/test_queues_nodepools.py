@@ -412,3 +412,61 @@ def test_ensure_default_dynamic_update_after_cordon():
     existing = {"metadata": {"name": "kaiwo"}, "spec": result.spec}
     result = ensure_default_queue_config(existing, nodes, None)
     assert _quota(result.spec["clusterQueues"][0], "nvidia-teslak80-8gpu-14core-57gi", "nvidia.com/gpu") == "32"
+
+
+# ---------------------------------------------------------------------------
+# KaiwoConfig spec.defaultTopologyName (upstream Kaiwo #432: default "default-topology")
+# ---------------------------------------------------------------------------
+
+
+def test_kaiwo_config_default_topology_name_defaults_like_upstream():
+    assert kaiwo_config().spec.default_topology_name == "default-topology"
+    assert kaiwo_config(defaultTopologyName="tas").to_k8s()["spec"]["defaultTopologyName"] == "tas"
+
+
+@pytest.mark.parametrize(
+    "cfg,want",
+    [
+        (None, "default-topology"),  # no KaiwoConfig fields at all
+        ({"spec": {}}, "default-topology"),  # stored before the field existed
+        ({"spec": {"defaultTopologyName": ""}}, "default-topology"),  # empty falls back, as upstream
+        ({"spec": {"defaultTopologyName": "gpu-tas"}}, "gpu-tas"),
+    ],
+)
+def test_generated_queue_config_uses_default_topology_name(cfg, want):
+    result = ensure_default_queue_config(None, kind_cluster(), cfg)
+    spec = result.create["spec"]
+    assert [t["metadata"]["name"] for t in spec["topologies"]] == [want]
+    assert spec["topologies"][0]["spec"]["levels"] == [
+        {"nodeLabel": "kaiwo/topology-block"}, {"nodeLabel": "kaiwo/topology-rack"}, {"nodeLabel": "kubernetes.io/hostname"}
+    ]
+    assert spec["resourceFlavors"] and {f["topologyName"] for f in spec["resourceFlavors"]} == {want}
+
+
+def test_renamed_default_topology_merges_into_existing_queue_config():
+    """Dynamic mode after the admin renames the default topology: the discovered flavors
+    move to the new Topology, which is added; the old entry is kept (a user's flavor may
+    still name it), and merging again changes nothing."""
+    nodes = kind_cluster()
+    first = ensure_default_queue_config(None, nodes, None).create["spec"]
+    cfg = kaiwo_config(defaultTopologyName="gpu-tas")
+    result = ensure_default_queue_config({"spec": first}, nodes, cfg)
+    assert [t["metadata"]["name"] for t in result.spec["topologies"]] == ["default-topology", "gpu-tas"]
+    assert {f["topologyName"] for f in result.spec["resourceFlavors"]} == {"gpu-tas"}
+    assert ensure_default_queue_config({"spec": result.spec}, nodes, cfg).spec is None
+
+
+@pytest.mark.parametrize("given,default,want", [
+    (None, "default-topology", "default-topology"),
+    (None, "gpu-tas", "gpu-tas"),
+    ("mine", "gpu-tas", "mine"),
+])
+def test_flavor_without_topology_name_references_the_configured_default(given, default, want):
+    from kaiwo_ctrl.queues.kueue import desired_kueue_objects
+
+    entry = {"name": "f", "nodeLabels": {"kaiwo/nodepool": "f"}}
+    if given:
+        entry["topologyName"] = given
+    state = desired_kueue_objects({"resourceFlavors": [entry]}, default_topology=default)
+    (flavor,) = [o for o in state.objects if o["kind"] == "ResourceFlavor"]
+    assert flavor["spec"]["topologyName"] == want

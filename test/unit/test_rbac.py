@@ -436,3 +436,25 @@ def test_lease_rules_are_scoped_to_the_lease_name():
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [rbac.LEADER_ELECTION_ID],
          "verbs": ["get", "update"]},
     ]
+
+
+#: The code `kaiwo-ctrl proxy` runs that calls the API server: the proxy package, the route key
+#: (aim/fence.py), the secure metrics' reviews and the namespace check before the key is made.
+PROXY_CODE = ("serving/proxy/", "aim/fence.py", "runtime/observe/metricsauth.py", "runtime/api/resources.py")
+
+
+def test_proxy_role_is_exactly_what_the_proxy_code_uses():
+    """The proxy's own ServiceAccount (config/default's kaiwo-proxy Deployment) is granted what
+    the proxy's code uses and nothing else; e2e/test_deploy.py runs it as that account (no 403)."""
+    uses = [u for path in sorted(PKG.rglob("*.py")) if path.relative_to(PKG).as_posix().startswith(PROXY_CODE)
+            for u in scan_file(path)]
+    assert not [u for u in uses if not isinstance(u, Use)], "unresolved calls in the proxy's code"
+    used = {(u.group, u.resource, u.verb) for u in uses if isinstance(u, Use)}
+    granted = rbac.granted(rbac.PROXY_CLUSTER_RULES + rbac.PROXY_NAMESPACE_RULES)
+    assert used == granted, f"used, not granted: {sorted(used - granted)}; granted, not used: {sorted(granted - used)}"
+    # secrets only in the operator's namespace (the Role), read only by the route key's name
+    assert not [r for r in rbac.PROXY_CLUSTER_RULES if r.resource == "secrets"]
+    from kaiwo_ctrl.aim.fence import KEY_SECRET
+
+    (secret_rule,) = rbac.PROXY_NAMESPACE_RULES
+    assert secret_rule.resource_names == (KEY_SECRET,)

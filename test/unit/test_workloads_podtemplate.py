@@ -63,22 +63,66 @@ def test_metadata_labels_precedence_and_annotations():
         "kaiwo.silogen.ai/type": "job",
         "kaiwo.silogen.ai/run-id": "u-1",
     }
-    assert t["metadata"]["annotations"] == {
-        "note": "x",
-        "kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname",
-    }
+    # no topology label in the spec: no Kueue topology request (TAS is opt-in)
+    assert t["metadata"]["annotations"] == {"note": "x"}
 
 
 @pytest.mark.parametrize(
     "spec,annotation",
     [
-        ({}, {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}),
+        # opt-in (upstream Kaiwo #432): nothing named, no topology request at all
+        ({}, {}),
+        ({"preferredTopologyLabel": ""}, {}),
+        ({"requiredTopologyLabel": "", "preferredTopologyLabel": ""}, {}),
         ({"preferredTopologyLabel": "rack"}, {"kueue.x-k8s.io/podset-preferred-topology": "rack"}),
+        ({"preferredTopologyLabel": "kubernetes.io/hostname"},
+         {"kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/hostname"}),
+        ({"requiredTopologyLabel": "block"}, {"kueue.x-k8s.io/podset-required-topology": "block"}),
         ({"requiredTopologyLabel": "block", "preferredTopologyLabel": "rack"}, {"kueue.x-k8s.io/podset-required-topology": "block"}),
+        ({"requiredTopologyLabel": "", "preferredTopologyLabel": "rack"}, {"kueue.x-k8s.io/podset-preferred-topology": "rack"}),
     ],
 )
 def test_topology_annotation(spec, annotation):
-    assert pod(job(**spec))["metadata"]["annotations"] == annotation
+    assert pod(job(**spec))["metadata"].get("annotations", {}) == annotation
+
+
+@pytest.mark.parametrize("kind", ["job", "service"])
+def test_topology_opt_in_reaches_every_pod_template(kind):
+    """Every builder's pod templates (Job, Deployment, Ray head and workers) carry the
+    topology request only when the spec asks for one."""
+    from kaiwo_ctrl.workloads.reconcile.render import render
+
+    def templates(obj):
+        out = []
+
+        def walk(node):
+            if isinstance(node, dict):
+                if isinstance(node.get("template"), dict) and "containers" in (node["template"].get("spec") or {}):
+                    out.append(node["template"])
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+
+        walk(obj)
+        return out
+
+    for ray in (False, True):
+        for extra, want in (({}, None), ({"preferredTopologyLabel": "kaiwo/topology-rack"}, "kaiwo/topology-rack")):
+            doc = {
+                "apiVersion": "kaiwo.silogen.ai/v1alpha1",
+                "kind": "KaiwoJob" if kind == "job" else "KaiwoService",
+                "metadata": {"name": "w", "namespace": "ns"},
+                "spec": {"image": "img", "entrypoint": "python x.py", "ray": ray, **extra},
+            }
+            children = render([doc], nodes=None)
+            found = [t for c in children for t in templates(c)]
+            assert found, (kind, ray)
+            for t in found:
+                got = (t["metadata"].get("annotations") or {}).get("kueue.x-k8s.io/podset-preferred-topology")
+                assert got == want, (kind, ray, extra, t["metadata"])
+                assert "kueue.x-k8s.io/podset-required-topology" not in (t["metadata"].get("annotations") or {})
 
 
 def test_default_template_security_dshm_scheduler_image():

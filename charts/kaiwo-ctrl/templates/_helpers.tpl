@@ -39,7 +39,7 @@ Secrets, so the rest of a KubeAI secrets section (create, token, ...) is ignored
 {{- if not (has .Values.logFormat (list "json" "console")) -}}
 {{- fail "logFormat must be json or console" -}}
 {{- end -}}
-{{- if not (has .Values.proxy.service.type (list "ClusterIP" "NodePort" "LoadBalancer")) -}}
-{{- fail "proxy.service.type must be ClusterIP, NodePort or LoadBalancer" -}}
+{{- if ne .Values.proxy.service.type "ClusterIP" -}}
+{{- fail (printf "proxy.service.type must be ClusterIP, not %s: the kaiwo-proxy Service serves every namespace's Models to whoever reaches it; expose Models through a Gateway (AIMNamespaceConfig gateway, the kaiwo-proxy-gateway Service), never a LoadBalancer or NodePort" (toString .Values.proxy.service.type)) -}}
 {{- end -}}
 {{- end -}}

@@ -53,7 +53,8 @@ from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
 CONNECT_TIMEOUT = 5.0
-JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank"})  # rerank: Reranking Models (KubeAI 0.22)
+# rerank: Reranking Models (KubeAI 0.22); responses: the Responses API (KubeAI 0.23, #667), routed like chat
+JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank", "responses"})
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
 

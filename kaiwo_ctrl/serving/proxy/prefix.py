@@ -4,6 +4,11 @@
   content, or the ``text`` of all its content parts joined;
 * completions: ``prompt`` when it is a string, or its first element when it is
   a list of strings (token-id prompts give no prefix);
+* responses (KubeAI 0.23, #667): ``input`` when it is a string, else the first
+  item of the ``input`` list whose role is ``user``, read as a chat message
+  (string content, or its parts' ``text`` joined: ``input_text`` parts and
+  upstream's ``text`` ones alike); items without a role (tool outputs,
+  references to earlier responses) are passed over;
 * every other route: no prefix.
 
 The prefix is cut to ``length`` characters (code points). With no prefix all
@@ -18,7 +23,15 @@ from typing import Any
 
 
 def _chat(body: Mapping[str, Any]) -> str:
-    messages = body.get("messages")
+    return _first_user_text(body.get("messages"))
+
+
+def _responses(body: Mapping[str, Any]) -> str:
+    given = body.get("input")
+    return given if isinstance(given, str) else _first_user_text(given)
+
+
+def _first_user_text(messages: Any) -> str:
     if not isinstance(messages, list):
         return ""
     for m in messages:
@@ -42,7 +55,7 @@ def _completion(body: Mapping[str, Any]) -> str:
     return ""
 
 
-_EXTRACTORS = {"chat/completions": _chat, "completions": _completion}
+_EXTRACTORS = {"chat/completions": _chat, "completions": _completion, "responses": _responses}
 
 
 def extract_prefix(route: str, body: Mapping[str, Any], length: int) -> str:

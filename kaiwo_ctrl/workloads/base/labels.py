@@ -18,7 +18,6 @@ LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 
 ANNOTATION_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 ANNOTATION_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-DEFAULT_TOPOLOGY_LEVEL = "kubernetes.io/hostname"
 
 NODE_LABEL_NODEPOOL = "kaiwo/nodepool"
 NODE_LABEL_GPU_MODEL = "kaiwo/gpu-model"

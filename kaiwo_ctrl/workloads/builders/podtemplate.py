@@ -14,7 +14,6 @@ from ..base.kaiwoobject import KaiwoObject
 from ..base.labels import (
     ANNOTATION_PREFERRED_TOPOLOGY,
     ANNOTATION_REQUIRED_TOPOLOGY,
-    DEFAULT_TOPOLOGY_LEVEL,
     LABEL_QUEUE_NAME,
     NODE_LABEL_GPU_MODEL,
     NOT_COPIED_ANNOTATIONS,
@@ -235,11 +234,16 @@ def _decorate_metadata(meta: dict[str, Any], obj: KaiwoObject, role: PodRole) ->
     for key, value in obj.annotations.items():
         if key not in NOT_COPIED_ANNOTATIONS:
             annotations[key] = value
+    # Topology-aware scheduling is opt-in (as upstream Kaiwo since #432): a Pod gets a
+    # Kueue topology request only when the spec names a level; required wins over preferred.
     if spec_.get("requiredTopologyLabel"):
         annotations[ANNOTATION_REQUIRED_TOPOLOGY] = spec_["requiredTopologyLabel"]
+    elif spec_.get("preferredTopologyLabel"):
+        annotations[ANNOTATION_PREFERRED_TOPOLOGY] = spec_["preferredTopologyLabel"]
+    if annotations:
+        meta["annotations"] = annotations
     else:
-        annotations[ANNOTATION_PREFERRED_TOPOLOGY] = spec_.get("preferredTopologyLabel") or DEFAULT_TOPOLOGY_LEVEL
-    meta["annotations"] = annotations
+        meta.pop("annotations", None)  # the API server stores no empty map either
 
 
 def _add_pull_secrets(pod: dict[str, Any], obj: KaiwoObject, world: World) -> None:

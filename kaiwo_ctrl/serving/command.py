@@ -47,6 +47,20 @@ def _bytes(text: str) -> int:
     return n
 
 
+def _bytes_or_zero(text: str) -> int:
+    return 0 if text.strip() == "0" else _bytes(text)
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"a count must be positive: {text!r}")
+    return n
+
+
 def _positive_seconds(text: str) -> float:
     s = _seconds(text)
     if s <= 0:
@@ -90,6 +104,18 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest request head (default 64Ki; then 431)")
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
                    help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
+    # per-connection bounds of the proxy's listeners (issue 38)
+    p.add_argument("--proxy-max-header-count", type=_count, default=_count(env("PROXY_MAX_HEADER_COUNT", "100")),
+                   help="most header lines in a request head, trailers included (default 100, as Envoy and hyper; then 431)")
+    p.add_argument("--proxy-max-pipelined", type=_count, default=_count(env("PROXY_MAX_PIPELINED", "16")),
+                   help="requests of one connection parsed and waiting behind the one being answered (default 16; "
+                        "then reading from it pauses)")
+    p.add_argument("--proxy-min-body-rate", type=_bytes_or_zero, default=_bytes_or_zero(env("PROXY_MIN_BODY_RATE", "8Ki")),
+                   help="bytes a second a request body must average once it has been coming for --proxy-body-idle-timeout "
+                        "(default 8Ki; then 408; '0' turns it off)")
+    p.add_argument("--proxy-body-memory-per-client", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY_PER_CLIENT", "128Mi")),
+                   help="of --proxy-body-memory, the most one client address holds (on the Gateway listener: one "
+                        "namespace); its requests over it wait without holding up other clients' (default 128Mi)")
 
     p.add_argument("--proxy-engine-metrics-interval", type=_seconds, default=_seconds(env("PROXY_ENGINE_METRICS_INTERVAL", "1s")),
                    help="how often each Ready server Pod's /metrics is read for engine-aware routing and "
@@ -108,6 +134,8 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         body_memory=args.proxy_body_memory, body_memory_wait=args.proxy_body_memory_wait,
         multipart_model_window=args.proxy_multipart_model_window,
         request_timeout=args.proxy_request_timeout or None,
+        max_headers=args.proxy_max_header_count, max_pipelined=args.proxy_max_pipelined,
+        min_body_rate=args.proxy_min_body_rate, body_memory_per_client=args.proxy_body_memory_per_client,
     )
 
 

@@ -18,7 +18,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults_are_the_documented_ones(monkeypatch):
     for var in ("PROXY_REQUEST_TIMEOUT", "PROXY_MAX_BODY_SIZE", "PROXY_BODY_MEMORY", "PROXY_ENDPOINT_WAIT_TIMEOUT",
-                "PROXY_MULTIPART_MODEL_WINDOW", "PROXY_LINGER_TIMEOUT"):
+                "PROXY_MULTIPART_MODEL_WINDOW", "PROXY_LINGER_TIMEOUT", "PROXY_MAX_HEADER_COUNT", "PROXY_MAX_PIPELINED",
+                "PROXY_MIN_BODY_RATE", "PROXY_BODY_MEMORY_PER_CLIENT"):
         monkeypatch.delenv(var, raising=False)
     lim = proxy_limits(parse())
     assert lim == ProxyLimits()
@@ -26,6 +27,8 @@ def test_defaults_are_the_documented_ones(monkeypatch):
     assert lim.request_timeout == 1800 and lim.endpoint_wait == 600 and lim.head_timeout == 30 and lim.body_idle_timeout == 30
     assert lim.max_upstream_head_bytes == 64 << 10 and lim.body_memory == 512 << 20 and lim.body_memory_wait == 120
     assert lim.multipart_model_window == 1 << 20 and lim.linger_timeout == 2
+    assert lim.max_headers == 100 and lim.max_pipelined == 16 and lim.min_body_rate == 8 << 10
+    assert lim.body_memory_per_client == 128 << 20
 
 
 def test_flags_set_every_limit():
@@ -33,10 +36,13 @@ def test_flags_set_every_limit():
                              "--proxy-body-idle-timeout", "7s", "--proxy-max-body-size", "1Mi", "--proxy-max-header-size", "8Ki",
                              "--proxy-max-upstream-header-size", "16Ki", "--proxy-body-memory", "64Mi",
                              "--proxy-body-memory-wait", "9s", "--proxy-multipart-model-window", "256Ki",
-                             "--proxy-linger-timeout", "500ms"))
+                             "--proxy-linger-timeout", "500ms", "--proxy-max-header-count", "50", "--proxy-max-pipelined", "2",
+                             "--proxy-min-body-rate", "0", "--proxy-body-memory-per-client", "16Mi"))
     assert lim == ProxyLimits(head_timeout=5, body_idle_timeout=7, max_head_bytes=8 << 10, max_body_bytes=1 << 20,
                               max_upstream_head_bytes=16 << 10, endpoint_wait=90, request_timeout=None, body_memory=64 << 20,
-                              body_memory_wait=9, multipart_model_window=256 << 10, linger_timeout=0.5)
+                              body_memory_wait=9, multipart_model_window=256 << 10, linger_timeout=0.5, max_headers=50,
+                              max_pipelined=2, min_body_rate=0, body_memory_per_client=16 << 20)
+    assert proxy_limits(parse("--proxy-min-body-rate", "64Ki")).min_body_rate == 64 << 10
 
 
 def test_the_multipart_model_window_reads_its_environment_variable(monkeypatch):
@@ -48,7 +54,9 @@ def test_the_multipart_model_window_reads_its_environment_variable(monkeypatch):
 @pytest.mark.parametrize("argv", [("--proxy-max-body-size", "lots"), ("--proxy-max-body-size", "0"),
                                   ("--proxy-header-timeout", "0"), ("--proxy-endpoint-wait-timeout", "soon"),
                                   ("--proxy-multipart-model-window", "0"), ("--proxy-multipart-model-window", "1 MiB"),
-                                  ("--proxy-linger-timeout", "0")])
+                                  ("--proxy-linger-timeout", "0"), ("--proxy-max-header-count", "0"),
+                                  ("--proxy-max-pipelined", "many"), ("--proxy-body-memory-per-client", "0"),
+                                  ("--proxy-min-body-rate", "fast")])
 def test_bad_values_are_refused(argv):
     with pytest.raises(argparse.ArgumentError):
         parse(*argv)

@@ -4,7 +4,7 @@ a request as parsed, a whole response, and a response sent as it is written."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
@@ -88,7 +88,8 @@ class Streamed:
 
 
 class Request:
-    __slots__ = ("method", "path", "query", "headers", "body", "body_stream", "version", "keep_alive", "reserved", "_conn", "_streamed")
+    __slots__ = ("method", "path", "query", "headers", "body", "body_stream", "version", "keep_alive", "reserved", "budget_key",
+                 "_conn", "_streamed")
 
     def __init__(self, conn: Any, method: str, url: bytes, version: str, keep_alive: bool, headers: list[tuple[bytes, bytes]]) -> None:
         path, _, query = url.partition(b"?")
@@ -101,6 +102,7 @@ class Request:
         self.version = version
         self.keep_alive = keep_alive
         self.reserved = 0  # bytes of the server's body budget held for this request
+        self.budget_key: Hashable = None  # whose share of the body budget it holds (the client's address by default)
         self._conn = conn
         self._streamed: Streamed | None = None
 
@@ -140,3 +142,7 @@ Handler = Callable[[Request], Awaitable["Response | Streamed"]]
 def plain_500() -> Response:
     """The server's answer to a request whose handler raised, unless it is given another."""
     return Response(500, [(b"Content-Type", b"text/plain")], b"500 Internal Server Error")
+
+
+#: Runs when a request's head is complete, before any of its body is read or budgeted (see ``http1server.Server``)
+HeadGate = Callable[[Request], "Response | None | Awaitable[Response | None]"]

@@ -27,8 +27,15 @@ Limits (each connection's memory is bounded by them; the times are checked
 by one sweep over the connections, every second or a quarter of the shortest):
 
 * ``head_timeout``: from a request's first byte to the end of its head (408);
-* ``body_idle_timeout``: the longest pause between body bytes (408);
-* ``max_header_bytes`` (431, or 414 for the target alone);
+* ``body_idle_timeout``: the longest pause between body bytes (408); and
+  ``min_body_rate``: once a body has been coming for ``body_idle_timeout``, it
+  must have averaged this many bytes a second (408), so a slow upload cannot
+  hold its reservation of the body budget for long (time reading was paused
+  by the server does not count);
+* ``max_header_bytes``: a head's size as it came on the wire (names, values,
+  separators, line endings, empty lines), counted before the parser sees the
+  bytes, and ``max_headers`` header lines (trailers included): 431, then
+  close (414 for the target alone);
 * ``max_body_bytes``: 413, before any of the body is read when the
   Content-Length announces it (and without ``100 Continue``);
 * ``linger_timeout`` (2 s): after refusing a request (4xx, 503) the server
@@ -37,11 +44,38 @@ by one sweep over the connections, every second or a quarter of the shortest):
 * ``body_budget``: the request bodies held across all connections
   (:mod:`kaiwo_ctrl.runtime.net.http1budget`; a streamed body counts what the
   handler holds plus what waits unread, or all of it once its handler asks to
-  hold it whole, waiting the same way); a request waits, reading paused,
-  until its body fits, and gets 503 after ``budget_wait`` of waiting;
-* pipelining: while a request is answered the next is read; once one waits its
-  turn, reading pauses, so a connection holds at most two bodies (the one being
-  answered, the next) and one read (at most 256 KiB) beyond them.
+  hold it whole, waiting the same way); a request waits, parsing stopped and
+  reading paused, until its body fits, and gets 503 after ``budget_wait`` of
+  waiting; one client (``budget_key`` of the request: by default the peer's
+  address) holds at most ``body_share`` of it, and its requests over that
+  share wait without holding up other clients';
+* write flow control and pipelining: after an answer, the next pipelined
+  request starts, and more is read, only once the transport's write buffer is
+  below its high-water mark (a client that reads none of its answers for
+  ``body_idle_timeout`` is cut off); while one is answered the next are parsed,
+  at most ``max_pipelined`` waiting, and once one waits its turn reading
+  pauses, so a connection holds those requests, one read (at most 256 KiB)
+  beyond them, and one answer beyond the high-water mark.
+
+The head gate (``head_gate``) runs when a request's head is complete, before
+any of the body budget is reserved or any body byte is parsed, and before
+``100 Continue``. Its contract:
+
+* it is called with the :class:`Request` (method, path, query, headers; no
+  body yet, ``request.body`` is empty) in the event loop, and must not block;
+* it returns None to let the request through, a :class:`Response` to refuse
+  it at once (sent with ``Connection: close``, after the answers to the
+  requests before it; the body is never read, only dropped while the server
+  lingers), or an awaitable of either: then the server parses nothing more
+  from that connection (reading paused) until it resolves. The awaitable must
+  bound its own time (its wait is not the client's stall); if it raises, the
+  request gets ``error_response()``; if the client goes away it is cancelled;
+* it may set ``request.budget_key`` (whose share of the body budget the
+  request takes; ``budget_key`` overrides it when given).
+
+An authorization check (a route token, a bearer token reviewed by an API
+server) is such a gate: it sees exactly what the handler would, before the
+request costs the server any memory beyond its head.
 
 :meth:`Server.close` stops listening, closes idle connections and gives
 requests in flight ``drain_timeout`` before cancelling them.
@@ -50,13 +84,13 @@ requests in flight ``drain_timeout`` before cancelling them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from kaiwo_ctrl.runtime.net.http1budget import BodyBudget
 from kaiwo_ctrl.runtime.net.http1conn import _Conn
-from kaiwo_ctrl.runtime.net.http1message import Handler, Headers, Request, Response, Streamed, plain_500
+from kaiwo_ctrl.runtime.net.http1message import Handler, HeadGate, Headers, Request, Response, Streamed, plain_500
 
-__all__ = ["Handler", "Headers", "Request", "Response", "Server", "Streamed"]
+__all__ = ["Handler", "HeadGate", "Headers", "Request", "Response", "Server", "Streamed"]
 
 class Server:
     """Serves ``handler`` on one listening socket; see the module docstring.
@@ -69,10 +103,14 @@ class Server:
         max_header_bytes: int = 64 << 10, head_timeout: float = 30.0, body_idle_timeout: float = 30.0,
         body_budget: int | None = None, budget_wait: float = 120.0, error_response: Callable[[], Response] = plain_500,
         stream_body: Callable[[Request], int | None] | None = None, linger_timeout: float = 2.0,
+        max_headers: int = 100, max_pipelined: int = 16, min_body_rate: int = 0, body_share: int | None = None,
+        budget_key: Callable[[Request], Hashable] | None = None, head_gate: HeadGate | None = None,
     ) -> None:
         self.stream_body, self.linger_timeout = stream_body, linger_timeout
         self.budget_wait = budget_wait
-        self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20))
+        self.budget = BodyBudget(body_budget or max(8 * max_body_bytes, 256 << 20), body_share)
+        self.max_headers, self.max_pipelined, self.min_body_rate = max_headers, max(1, max_pipelined), min_body_rate
+        self.budget_key, self.head_gate = budget_key, head_gate
         self.handler, self.error_response = handler, error_response
         self.keepalive_timeout, self.max_body_bytes, self.max_header_bytes = keepalive_timeout, max_body_bytes, max_header_bytes
         self.head_timeout, self.body_idle_timeout = head_timeout, body_idle_timeout

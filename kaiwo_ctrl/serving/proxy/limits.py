@@ -1,13 +1,17 @@
 """The proxy's limits: each one a ``kaiwo-ctrl run``/``proxy`` flag (``serving/command.py``).
 
 ``body_memory`` bounds the request bodies of all connections together (the
-operator's container has 2 GiB). Per connection the bounds are: request heads of at most
-``max_head_bytes``; the body being answered, of at most ``max_body_bytes``
+operator's container has 2 GiB), ``body_memory_per_client`` what one client
+holds of it. Per connection the bounds are: request heads of at most
+``max_head_bytes`` on the wire and ``max_headers`` lines; the body being answered, of at most ``max_body_bytes``
 (held once; the ``model`` rewrite replaces it with one re-encoded copy, the
-parsed form living only while that copy is made); the next pipelined
-request's body and one read beyond it; and of the upstream answer, its head
-(``max_upstream_head_bytes``) and about ``UPSTREAM_BUFFER`` of body (reading
-from the model server pauses while the client is slower).
+parsed form living only while that copy is made); at most ``max_pipelined``
+parsed requests waiting, from one read (at most 256 KiB) beyond them; the
+answers written and not yet read, at most the transport's high-water mark
+(64 KiB) and one write beyond it, as the next request waits for them; and of
+the upstream answer, its head (``max_upstream_head_bytes``) and about
+``UPSTREAM_BUFFER`` of body (reading from the model server pauses while the
+client is slower).
 
 A multipart/form-data body (an audio upload) whose ``model`` part ends within
 ``multipart_model_window`` bytes is not held whole: the proxy holds that prefix
@@ -35,14 +39,23 @@ class ProxyLimits:
     body_idle_timeout: float = 30.0
     #: after a refusal (4xx, 503): what the client still sends is dropped this long, then the connection closes
     linger_timeout: float = 2.0
-    #: a request head's size (431)
+    #: a request head's size as it came on the wire (431)
     max_head_bytes: int = 64 << 10
+    #: header lines in a request head, trailers included (431); Envoy and hyper allow 100
+    max_headers: int = 100
+    #: requests of one connection parsed and waiting behind the one being answered (then reading pauses)
+    max_pipelined: int = 16
+    #: once a body has been coming for body_idle_timeout, the least it must have averaged, bytes a second (408); 0: no rate
+    min_body_rate: int = 8 << 10
     #: a request body's size (413, sent before the body is read): OpenAI's audio uploads go to 25 MB, plus the form
     max_body_bytes: int = 32 << 20
     #: request bodies held at once across all connections; a request waits (reading paused) until its body
     #: fits, and gets 503 after body_memory_wait of waiting
     body_memory: int = 512 << 20
     body_memory_wait: float = 120.0
+    #: of body_memory, what one client holds at most (its address; on the Gateway listener, the route's namespace):
+    #: its requests over it wait without holding up anyone else's
+    body_memory_per_client: int = 128 << 20
     #: how far into a multipart form its ``model`` part must have ended for the rest to stream (only this much
     #: is held); past it the form is held whole under body_memory
     multipart_model_window: int = 1 << 20

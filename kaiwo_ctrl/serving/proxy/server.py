@@ -20,7 +20,7 @@ from urllib.parse import unquote
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.cache.informerapi import Backoff
-from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server, Streamed
+from kaiwo_ctrl.runtime.net.http1server import HeadGate, Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
@@ -80,16 +80,39 @@ def route(handler: ProxyHandler):
     return dispatch
 
 
+def _gateway_parts(request: Request) -> list[str] | None:
+    parts = _path(request).split("/", 4)  # "", namespace, model, "v1", route
+    return parts if len(parts) == 5 and parts[3] == "v1" and parts[1] and parts[2] else None
+
+
+def gateway_gate(handler: ProxyHandler, key: bytes) -> Callable[[Request], Response | None]:
+    """The Gateway listener's head gate (``http1server``'s ``head_gate``): only ``/<namespace>/<model>/v1/<route>``
+    with the namespace's route token (see :mod:`kaiwo_ctrl.aim.fence`) passes; anything else, ``/openai/v1``
+    included, is one and the same 404, given when the head is complete, before any of the body is budgeted
+    or read and before the Model is looked up, so it tells nothing of what exists and costs no memory.
+    A request that passes takes its body memory from its namespace's share (the Gateway's address is
+    every tenant's). A bearer-token check would chain here the same way."""
+    refused = handler.metrics.gateway_refused
+
+    def gate(request: Request) -> Response | None:
+        parts = _gateway_parts(request)
+        if parts is None or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY)):
+            refused.inc()
+            return error_response(404, "not found")
+        request.budget_key = ("namespace", parts[1])
+        return None
+
+    return gate
+
+
 def gateway_route(handler: ProxyHandler, key: bytes):
-    """The Gateway listener's routes: only ``/<namespace>/<model>/v1/<route>`` with the namespace's
-    route token (see :mod:`kaiwo_ctrl.aim.fence`); anything else, ``/openai/v1`` included, is one and the same 404,
-    given before the Model is looked up, so it tells nothing of what exists."""
+    """The Gateway listener's routes: the same check as :func:`gateway_gate` (which runs first, at the head),
+    kept here too so the routes never depend on how the listener is wired."""
     refused = handler.metrics.gateway_refused
 
     async def dispatch(request: Request) -> Response | Streamed:
-        parts = _path(request).split("/", 4)
-        if (len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]
-                or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY))):
+        parts = _gateway_parts(request)
+        if parts is None or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY)):
             refused.inc()
             return error_response(404, "not found")
         out = _serve(handler, request, parts[1], parts[2], parts[4])
@@ -112,12 +135,13 @@ class ProxyServer:
         self.gateway_started = asyncio.Event()
         self.servers: list[Server] = []  # while running: the listeners' HTTP servers (their body budgets, for tests)
 
-    def _server(self, dispatch: Callable[[Request], Awaitable[Response | Streamed]]) -> Server:
+    def _server(self, dispatch: Callable[[Request], Awaitable[Response | Streamed]], gate: HeadGate | None = None) -> Server:
         lim = self.handler.limits
         return Server(dispatch, max_body_bytes=lim.max_body_bytes, max_header_bytes=lim.max_head_bytes,
                       head_timeout=lim.head_timeout, body_idle_timeout=lim.body_idle_timeout, body_budget=lim.body_memory,
                       budget_wait=lim.body_memory_wait, error_response=internal_error, stream_body=self.handler.stream_hold,
-                      linger_timeout=lim.linger_timeout)
+                      linger_timeout=lim.linger_timeout, max_headers=lim.max_headers, max_pipelined=lim.max_pipelined,
+                      min_body_rate=lim.min_body_rate, body_share=lim.body_memory_per_client, head_gate=gate)
 
     async def run(self) -> None:
         await self.handler.start()
@@ -132,7 +156,8 @@ class ProxyServer:
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})
             self.started.set()
             if self.gateway_bind is not None:
-                gateway = self._server(gateway_route(self.handler, await self._key()))
+                key = await self._key()
+                gateway = self._server(gateway_route(self.handler, key), gateway_gate(self.handler, key))
                 servers.append(gateway)
                 self.gateway_port = await gateway.start(self.gateway_bind[0], self.gateway_bind[1], backlog=4096)
                 log.info("proxy serving Gateway traffic", extra={"address": f"{self.gateway_bind[0]}:{self.gateway_port}"})

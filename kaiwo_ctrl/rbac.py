@@ -276,8 +276,9 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "configmaps",
-        ("get", "create", "patch"),
-        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
+        ("get", "list", "watch", "create", "patch"),
+        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched); "
+        "aim/controller.py: the kaiwo-aim-gateways ConfigMap (watched by name, created, patched)",
     ),
     # ReferenceGrants are only ever made in the operator's namespace (they admit routes to its proxy Service)
     Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),

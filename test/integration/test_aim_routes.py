@@ -113,17 +113,19 @@ async def test_routes_grant_and_status_follow_models_and_gateway(aim_operator, a
         {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": operator_ns, "name": "kgw"}]
     (rule,) = route["spec"]["rules"]
     assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": f"/{namespace}/llama"}}]
-    assert rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy", "namespace": operator_ns,
+    assert rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway", "namespace": operator_ns,
                                     "port": 8001, "weight": 1}]
-    # the route carries its namespace's token under the key the operator made in its namespace
+    # the route carries its namespace's token (name and UID) under the key the operator made in its namespace
     secret = admin.get(f"/api/v1/namespaces/{operator_ns}/secrets/{fence.KEY_SECRET}").json()
-    key = fence.key_of(secret)
+    key, uid = fence.key_of(secret), admin.get(f"/api/v1/namespaces/{namespace}").json()["metadata"]["uid"]
     assert rule["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
-        "set": [{"name": fence.TOKEN_HEADER, "value": fence.route_token(key, namespace)}]}}]
+        "set": [{"name": fence.TOKEN_HEADER, "value": fence.route_token(key, namespace, uid)}]}}]
     await eventually(lambda: get(admin, route_url(namespace, "model-qwen")), what="HTTPRoute model-qwen")
     grant = await eventually(lambda: get(admin, grant_url(operator_ns, namespace)), what="ReferenceGrant")
     assert grant["spec"] == {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace}],
-                             "to": [{"group": "", "kind": "Service", "name": "kaiwo-proxy"}]}
+                             "to": [{"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway"}]}
+    # the grant names the Gateway listener's Service alone: none that exposes the in-cluster listener
+    assert {t["name"] for t in grant["spec"]["to"]} == {"kaiwo-proxy-gateway"}
 
     # no gateway controller has answered yet
     assert (await wait_condition(admin, namespace, "GatewayFound", "True"))[1] == "Found"

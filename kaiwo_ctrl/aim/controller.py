@@ -258,11 +258,10 @@ class AIMReconciler:
             except ApiError as e:
                 if not e.already_exists:
                     raise
-        elif (current.get("data") or {}) != desired["data"] or not is_ours(current):
-            # a merge patch: null removes a Gateway no config names any more
+        elif (current.get("data") or {}) != desired["data"]:
+            # a merge patch of the data alone (the manifests own the labels): null removes a Gateway no config names
             data: dict[str, Any] = {k: None for k in current.get("data") or {} if k not in desired["data"]}
-            await self.client.patch(CONFIGMAPS, GATEWAY_LIST, {"metadata": {"labels": desired["metadata"]["labels"]},
-                                                             "data": {**data, **desired["data"]}}, self.operator_ns)
+            await self.client.patch(CONFIGMAPS, GATEWAY_LIST, {"data": {**data, **desired["data"]}}, self.operator_ns)
 
     async def _sync_grant(self, ns: str, needed: bool) -> None:
         name = grant_name(ns)

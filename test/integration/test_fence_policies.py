@@ -205,3 +205,30 @@ async def test_operator_children_pod_templates_are_checked_in_every_container_li
                                                                   "allowPrivilegeEscalation": False}}])
     r = admin.post(jobs, json=ok, headers=op)
     assert r.status_code == 201, r.text
+
+
+async def test_the_operators_own_children_pass_the_fence(policies, admin, namespace):
+    """Every child the builders make (test_child_schemas' walk: KaiwoJob and KaiwoService samples and
+    examples, Model Pods, file ConfigMaps, cache Jobs), sent as the operator (dry run) into a tenant
+    namespace: none is refused by the hardened owned-children and model-pods policies."""
+    import copy
+
+    from test_child_schemas import embedded, serving_children, url, workload_children
+
+    await _wait_active(admin, namespace)
+    checked, refused = set(), []
+    for obj in workload_children() + serving_children():
+        if obj["kind"] not in {"Job", "Deployment", "RayJob", "RayService", "AppWrapper", "ConfigMap", "Pod"}:
+            continue
+        if not obj["metadata"].get("ownerReferences"):
+            continue  # (owned-children refused those before this change too)
+        body = copy.deepcopy(obj)
+        body.pop("status", None)
+        body["metadata"]["namespace"] = namespace
+        r = admin.post(url(body, namespace), json=body, headers=_headers(True))
+        checked.add(obj["kind"])
+        if r.status_code != 201:
+            refused.append(f"{obj['kind']} {obj['metadata'].get('name')}: {r.status_code} {r.json().get('message')}")
+    assert not refused, "\n".join(refused)
+    assert checked >= {"Job", "Deployment", "RayJob", "AppWrapper", "ConfigMap", "Pod"}, checked
+    assert any(embedded(o) for o in workload_children())  # the AppWrapper's RayService template was walked

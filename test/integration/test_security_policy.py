@@ -281,7 +281,7 @@ async def test_operator_routes_reach_only_their_own_namespace(policies, admin, n
     routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)
     model = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m", "namespace": namespace, "uid": MODEL_OWNER["uid"]}}
     config = {"metadata": {"name": "aim", "namespace": namespace}, "spec": {"gateway": {"name": "gw", "namespace": "gateways"}}}
-    ours = desired_route(model, config, "kaiwo-system", route_token(bytes(32), namespace))
+    ours = desired_route(model, config, "kaiwo-system", route_token(bytes(32), namespace, "uid"))
     r = admin.post(routes, json=ours, headers=op)
     assert r.status_code == 201, r.text
     rewrite = {"filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/other/m"}}}]}

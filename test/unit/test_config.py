@@ -111,7 +111,8 @@ def test_leader_election_role(default):
     assert rules == {("coordination.k8s.io", "leases", ()): {"create"},
                      ("coordination.k8s.io", "leases", ("83fc2279.silogen.ai",)): {"get", "update"},
                      ("", "events", ()): {"create", "patch"},
-                     ("", "configmaps", ()): {"get", "create", "patch"},  # the autoscaler's state
+                     # the autoscaler's state, the AIM Gateway list (watched by name)
+                     ("", "configmaps", ()): {"get", "list", "watch", "create", "patch"},
                      # the webhook certificate Secret, in the operator's own namespace only
                      ("", "secrets", ()): {"get", "list", "watch", "create", "update"},
                      # ReferenceGrants are only made here, never cluster-wide

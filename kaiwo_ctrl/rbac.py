@@ -76,7 +76,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
-    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync)"),
+    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync); "
+         "aim/fence.py RouteFence and aim/controller.py: the namespace UIDs route tokens bind"),
     Rule(
         "",
         "pods",

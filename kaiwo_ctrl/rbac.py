@@ -76,7 +76,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
-    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync)"),
+    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync); "
+         "aim/fence.py RouteFence and aim/controller.py: the namespace UIDs route tokens bind"),
     Rule(
         "",
         "pods",
@@ -283,8 +284,9 @@ LEADER_ELECTION_RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "configmaps",
-        ("get", "create", "patch"),
-        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched)",
+        ("get", "list", "watch", "create", "patch"),
+        "serving/autoscale/autoscaler.py: the autoscaler state ConfigMap (read at take-over, created if missing, patched); "
+        "aim/controller.py: the kaiwo-aim-gateways ConfigMap (watched by name, created, patched)",
     ),
     # ReferenceGrants are only ever made in the operator's namespace (they admit routes to its proxy Service)
     Rule(GATEWAY, "referencegrants", ("list", "watch", "create", "patch", "delete"), "aim/controller.py: one ReferenceGrant per tenant namespace in the operator namespace"),
@@ -305,7 +307,8 @@ PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
          "serving/proxy/server.py: Model informer (routing); serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset"),
     Rule(KUBEAI, "models/scale", ("patch",), "serving/proxy/scale.py set_replicas: scale from zero"),
     Rule("", "pods", ("list", "watch"), "serving/proxy/endpoints.py: model server Pod informer (label app=model): the endpoints"),
-    Rule("", "namespaces", ("list",), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before creating the route key"),
+    Rule("", "namespaces", ("list", "watch"), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before "
+         "creating the route key; aim/fence.py RouteFence: Namespace informer (route tokens bind each namespace's UID)"),
     Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
     Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "runtime/observe/metricsauth.py: may the scraper get /metrics"),
 )
@@ -314,7 +317,9 @@ PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
 #: the route-token key of the Gateway listener, read by name (created if missing; RBAC cannot
 #: restrict ``create`` by name).
 PROXY_NAMESPACE_RULES: tuple[Rule, ...] = (
-    Rule("", "secrets", ("get", "create"), "aim/fence.py ensure_route_key: the route-token key Secret (read, created if missing)",
+    Rule("", "secrets", ("get", "list", "watch", "create"),
+         "aim/fence.py ensure_route_key: the route-token key Secret (read, created if missing); RouteFence: its informer "
+         "(field selector metadata.name, which RBAC authorizes by resource name: a key rotation is picked up without a restart)",
          resource_names=("kaiwo-route-key",)),
 )
 

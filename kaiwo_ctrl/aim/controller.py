@@ -9,7 +9,12 @@ the namespace's configs, Models and our HTTPRoutes from the caches, then
 2. keeps the ReferenceGrant in the operator namespace while any route of the
    tenant namespace needs it,
 3. writes each config's status (conditions, observedGeneration, counts) when it
-   differs.
+   differs,
+4. keeps the list of AIM Gateways (ConfigMap ``kaiwo-aim-gateways`` in the
+   operator's namespace, the param of the ``aim-route-paths`` admission policy)
+   equal to the Gateways the configs name,
+5. rotates the route key when its Secret asks for it (:func:`.fence.rotated`);
+   a new key re-renders every namespace's routes.
 
 Triggers: configs (spec changes, create, delete), Models (create, delete),
 our routes (any change: status is what RoutesAccepted reports), our grants,
@@ -20,6 +25,7 @@ Nothing is written when nothing changed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -32,16 +38,18 @@ from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
-from kaiwo_ctrl.runtime.api.resources import NAMESPACES, served
-from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, route_token
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, NAMESPACES, SECRETS, served
+from kaiwo_ctrl.aim.fence import KEY_SECRET, ensure_route_key, key_of, key_secret_informer, rotated, route_token
 from kaiwo_ctrl.settings import operator_namespace
 
 from .effective import resolve
 from .routes import (
+    GATEWAY_LIST,
     LABEL_MANAGED,
     LABEL_TENANT,
     MANAGED_BY,
     ROUTE_PREFIX,
+    desired_gateway_list,
     desired_grant,
     desired_route,
     gateway_of,
@@ -102,14 +110,15 @@ class AIMReconciler:
         self.gateways = cache.informer(GATEWAYS, transform=trim_gateway)
         self.jobs = cache.informer(KAIWOJOBS)
         self.services = cache.informer(KAIWOSERVICES)
+        self.namespaces = cache.informer(NAMESPACES)
+        self.key_secrets = key_secret_informer(cache, operator_ns)
+        self.gateway_lists = cache.informer(CONFIGMAPS, namespace=operator_ns, field_selector=f"metadata.name={GATEWAY_LIST}")
         #: read-your-writes: while the cache still shows a config as it was before our status
         #: write, the written object is read instead, so the same write is not sent again
         self.expectations = expectations_for(mgr)
         self.configs.add_handler(self.expectations.pruner(AIMNAMESPACECONFIGS.kind))
         #: (namespace, route name) held by an HTTPRoute we did not make
         self._taken: set[tuple[str, str]] = set()
-        #: the route-token key (never logged); rotation: delete its Secret and restart the operator and proxies
-        self._key: bytes | None = None
 
     # ------------------------------------------------------------------ mapping
     def gateway_users(self, gateway: Mapping[str, Any]) -> Iterable[Request]:
@@ -118,9 +127,14 @@ class AIMReconciler:
         return sorted({Request(_meta(c).get("namespace") or "", KEY) for c in self.configs.list() if gateway_of(c) == key})
 
     def operator_namespace_users(self, obj: Mapping[str, Any]) -> Iterable[Request]:
-        """The operator's Namespace -> every tenant namespace with a config."""
+        """The operator's Namespace -> every tenant namespace with a config; a tenant Namespace -> itself
+        (its UID is part of its routes' token)."""
         if _meta(obj).get("name") != self.operator_ns:
-            return []
+            return self._configured({"metadata": {"namespace": _meta(obj).get("name")}})
+        return self.all_users(obj)
+
+    def all_users(self, _obj: Mapping[str, Any]) -> Iterable[Request]:
+        """Every tenant namespace with a config (the key, the operator namespace or the Gateway list changed)."""
         return [Request(ns, KEY) for ns in sorted({str(_meta(c).get("namespace") or "") for c in self.configs.list()} - {""})]
 
     def grant_owner(self, grant: Mapping[str, Any]) -> Iterable[Request]:
@@ -140,8 +154,11 @@ class AIMReconciler:
         gateway = gateway_of(effective) if effective is not None else None
         models = [m for m in self.models.list(ns) if not _meta(m).get("deletionTimestamp")]
         desired = {}
-        if gateway is not None and effective is not None and models:
-            token = route_token(await self._route_key(), ns)
+        await self._sync_gateway_list()
+        namespace = self.namespaces.get(ns)
+        if gateway is not None and effective is not None and models and namespace is not None:
+            # the token binds the namespace's UID: a namespace made again under the same name gets a new one
+            token = route_token(await self._route_key(), ns, _meta(namespace).get("uid") or "")
             for m in models:
                 route = desired_route(m, effective, self.operator_ns, token)
                 desired[route["metadata"]["name"]] = route
@@ -212,10 +229,12 @@ class AIMReconciler:
         return held
 
     async def _route_key(self) -> bytes:
-        """The key of the routes' tokens: read once (made if missing) from its Secret in the operator namespace."""
-        if self._key is None:
+        """The current key of the routes' tokens, from its Secret in the operator namespace (made if missing,
+        rotated when it asks for it: a PUT guarded by its resourceVersion, so one replica's worker rotates once)."""
+        secret = self.key_secrets.get(KEY_SECRET, self.operator_ns)
+        if secret is None:
             try:
-                self._key = await ensure_route_key(self.client, self.operator_ns)
+                return await ensure_route_key(self.client, self.operator_ns)
             except ApiError as e:
                 if e.not_found:  # see _sync_grant: the Namespace watch enqueues us again
                     raise TerminalError(
@@ -223,7 +242,26 @@ class AIMReconciler:
                         f"created until it exists (kubectl create namespace {self.operator_ns})"
                     ) from None
                 raise
-        return self._key
+        new = rotated(secret, time.time())
+        if new is not None:
+            secret = await self.client.replace(SECRETS, new)  # a 409 (raced): the requeue reads the winner's key
+            log.info("route key rotated", extra={"secret": f"{self.operator_ns}/{KEY_SECRET}"})
+        return key_of(secret)
+
+    async def _sync_gateway_list(self) -> None:
+        """The admission policy's list of AIM Gateways: written when it differs from what the configs name."""
+        desired = desired_gateway_list(self.configs.list(), self.operator_ns)
+        current = self.gateway_lists.get(GATEWAY_LIST, self.operator_ns)
+        if current is None:
+            try:
+                await self.client.create(CONFIGMAPS, desired, self.operator_ns)
+            except ApiError as e:
+                if not e.already_exists:
+                    raise
+        elif (current.get("data") or {}) != desired["data"]:
+            # a merge patch of the data alone (the manifests own the labels): null removes a Gateway no config names
+            data: dict[str, Any] = {k: None for k in current.get("data") or {} if k not in desired["data"]}
+            await self.client.patch(CONFIGMAPS, GATEWAY_LIST, {"data": {**data, **desired["data"]}}, self.operator_ns)
 
     async def _sync_grant(self, ns: str, needed: bool) -> None:
         name = grant_name(ns)
@@ -305,7 +343,10 @@ def setup(mgr: Manager, *, operator_ns: str | None = None, tracer: Any = None) -
     for inf in (rec.jobs, rec.services):
         ctl.watches(inf, rec._configured, predicates=[_ComesOrGoes()], debounce=1.0)
     # the operator's namespace appearing lets the ReferenceGrants be created (see _sync_grant)
-    ctl.watches(mgr.cache.informer(NAMESPACES), rec.operator_namespace_users, predicates=[_ComesOrGoes()])
+    ctl.watches(rec.namespaces, rec.operator_namespace_users, predicates=[_ComesOrGoes()])
+    # a new (or rotated) key: every namespace's routes get their new tokens
+    ctl.watches(rec.key_secrets, rec.all_users, debounce=DEBOUNCE)
+    ctl.watches(rec.gateway_lists, rec.all_users, debounce=DEBOUNCE)
     return rec
 
 

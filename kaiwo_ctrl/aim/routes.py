@@ -3,8 +3,8 @@ ReferenceGrant per tenant namespace, and what route status says.
 
 * HTTPRoute ``model-<name>`` in the Model's namespace, controlled by the Model,
   attached to the config's Gateway (namespace defaults to the config's), with
-  one rule: PathPrefix ``/<namespace>/<model>`` -> Service ``kaiwo-proxy``, port
-  ``gateway`` (8001), in the operator's namespace, setting the header
+  one rule: PathPrefix ``/<namespace>/<model>`` -> Service ``kaiwo-proxy-gateway``,
+  port 8001, in the operator's namespace, setting the header
   ``X-Kaiwo-Route-Token`` to the namespace's route token. That port is the
   proxy's fenced Gateway listener: it serves ``/<namespace>/<model>/v1/...``
   only with ``<namespace>``'s token, so this route reaches only its own
@@ -13,12 +13,19 @@ ReferenceGrant per tenant namespace, and what route status says.
 * A cross-namespace backendRef is only allowed by a ReferenceGrant in the
   target namespace: one per tenant namespace, in the operator's namespace,
   named ``aim-routes-<namespace>``, labelled with the tenant namespace. A grant
-  cannot name a port; the token, not the grant, keeps a tenant's own routes
-  from another namespace's Models.
+  cannot name a port, so it names only ``kaiwo-proxy-gateway``, a Service that
+  exposes nothing but the fenced listener (the in-cluster listener, port 80 of
+  ``kaiwo-proxy``, is behind no Service a grant names); the token keeps a
+  tenant's own routes from another namespace's Models.
+* The Gateway list: ConfigMap ``kaiwo-aim-gateways`` in the operator's namespace,
+  one key ``<gateway namespace>.<gateway name>`` per Gateway any config names
+  (a namespace has no dot, so the key is unambiguous). It is the param of the
+  ``aim-route-paths`` admission policy (config/policy/route_paths.yaml).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,8 +38,10 @@ ROUTE_API = f"{GATEWAY_GROUP}/v1"
 #: v1beta1 is served by every Gateway API release that has ReferenceGrant
 #: (v1 only since 1.5), so gateways on older clusters understand it too.
 GRANT_API = f"{GATEWAY_GROUP}/v1beta1"
-#: The kaiwo-proxy Service port of the proxy's Gateway listener (never its in-cluster port 80).
-PROXY_SERVICE, PROXY_GATEWAY_PORT = "kaiwo-proxy", 8001
+#: The Service of the proxy's Gateway listener alone, and its port (the in-cluster listener is kaiwo-proxy:80).
+PROXY_SERVICE, PROXY_GATEWAY_PORT = "kaiwo-proxy-gateway", 8001
+#: The ConfigMap listing the AIM Gateways (the aim-route-paths policy's param).
+GATEWAY_LIST = "kaiwo-aim-gateways"
 ROUTE_PREFIX = "model-"
 GRANT_PREFIX = "aim-routes-"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -43,6 +52,7 @@ LABEL_TENANT = "aim.kaiwo.silogen.ai/tenant-namespace"
 LABEL_CONFIG = "aim.kaiwo.silogen.ai/config"
 
 Obj = Mapping[str, Any]
+_CM_KEY = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[a-z0-9]([-.a-z0-9]*[a-z0-9])?")
 
 
 def route_name(model: str) -> str:
@@ -110,6 +120,17 @@ def desired_grant(tenant_namespace: str, operator_namespace: str) -> dict[str, A
             "to": [{"group": "", "kind": "Service", "name": PROXY_SERVICE}],
         },
     }
+
+
+def desired_gateway_list(configs: Iterable[Obj], operator_namespace: str) -> dict[str, Any]:
+    """The ConfigMap naming every Gateway some config names (keys ``<namespace>.<name>``)."""
+    data = {f"{gw[0]}.{gw[1]}": "" for c in configs if not _meta(c).get("deletionTimestamp") and (gw := gateway_of(c))}
+    # a config naming no valid Gateway (its status says so) must not make the list unwritable for all
+    data = {k: v for k, v in data.items() if len(k) <= 253 and _CM_KEY.fullmatch(k)}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": GATEWAY_LIST, "namespace": operator_namespace,
+                         "labels": {LABEL_MANAGED: MANAGED_BY}},
+            "data": dict(sorted(data.items()))}
 
 
 def is_ours(obj: Obj) -> bool:

@@ -113,17 +113,19 @@ async def test_routes_grant_and_status_follow_models_and_gateway(aim_operator, a
         {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": operator_ns, "name": "kgw"}]
     (rule,) = route["spec"]["rules"]
     assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": f"/{namespace}/llama"}}]
-    assert rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy", "namespace": operator_ns,
+    assert rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway", "namespace": operator_ns,
                                     "port": 8001, "weight": 1}]
-    # the route carries its namespace's token under the key the operator made in its namespace
+    # the route carries its namespace's token (name and UID) under the key the operator made in its namespace
     secret = admin.get(f"/api/v1/namespaces/{operator_ns}/secrets/{fence.KEY_SECRET}").json()
-    key = fence.key_of(secret)
+    key, uid = fence.key_of(secret), admin.get(f"/api/v1/namespaces/{namespace}").json()["metadata"]["uid"]
     assert rule["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
-        "set": [{"name": fence.TOKEN_HEADER, "value": fence.route_token(key, namespace)}]}}]
+        "set": [{"name": fence.TOKEN_HEADER, "value": fence.route_token(key, namespace, uid)}]}}]
     await eventually(lambda: get(admin, route_url(namespace, "model-qwen")), what="HTTPRoute model-qwen")
     grant = await eventually(lambda: get(admin, grant_url(operator_ns, namespace)), what="ReferenceGrant")
     assert grant["spec"] == {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": namespace}],
-                             "to": [{"group": "", "kind": "Service", "name": "kaiwo-proxy"}]}
+                             "to": [{"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway"}]}
+    # the grant names the Gateway listener's Service alone: none that exposes the in-cluster listener
+    assert {t["name"] for t in grant["spec"]["to"]} == {"kaiwo-proxy-gateway"}
 
     # no gateway controller has answered yet
     assert (await wait_condition(admin, namespace, "GatewayFound", "True"))[1] == "Found"
@@ -226,3 +228,35 @@ async def test_a_bad_spec_is_reported_by_the_reconciler(aim_operator, admin, nam
     fix = {"spec": {"credentials": {"huggingFaceToken": {"secretName": "hf", "secretKey": "token"}}}}
     assert admin.patch(config_url(namespace, "tenant"), json=fix, headers=MERGE).status_code == 200
     await wait_condition(admin, namespace, "Ready", "True")
+
+
+async def test_rotation_rerenders_routes_and_gateway_list_follows_configs(aim_operator, admin, namespace, operator_ns):
+    """A rotation asked on the key Secret: the operator writes the new key (the old one kept for the
+    overlap) and every route gets its new token; the policy's Gateway list names the configs' Gateways."""
+    create_gateway(admin, operator_ns)
+    create_model(admin, namespace, "llama")
+    create_config(admin, namespace, gateway={"name": "kgw", "namespace": operator_ns})
+    uid = admin.get(f"/api/v1/namespaces/{namespace}").json()["metadata"]["uid"]
+    secret_url = f"/api/v1/namespaces/{operator_ns}/secrets/{fence.KEY_SECRET}"
+
+    def token() -> str | None:
+        route = get(admin, route_url(namespace, "model-llama"))
+        return route and route["spec"]["rules"][0]["filters"][0]["requestHeaderModifier"]["set"][0]["value"]
+    old_key = fence.key_of(await eventually(lambda: get(admin, secret_url), what="the key Secret"))
+    await eventually(lambda: token() == fence.route_token(old_key, namespace, uid), what="route with the first key's token")
+    gw_list = f"/api/v1/namespaces/{operator_ns}/configmaps/kaiwo-aim-gateways"
+    # (the list names the Gateways of every config in the cluster: other tests' too)
+    await eventually(lambda: f"{operator_ns}.kgw" in ((get(admin, gw_list) or {}).get("data") or {}), what="the Gateway listed")
+
+    r = admin.patch(secret_url, json={"metadata": {"annotations": {fence.ROTATE_ANNOTATION: "120"}}}, headers=MERGE)
+    assert r.status_code == 200, r.text
+    rotated = await eventually(lambda: (s := get(admin, secret_url)) and fence.ROTATE_ANNOTATION not in
+                               (s["metadata"].get("annotations") or {}) and s, what="the rotation done")
+    keys = fence.keys_of(rotated)
+    assert keys.previous == old_key and keys.current != old_key and keys.previous_until > 0
+    await eventually(lambda: token() == fence.route_token(keys.current, namespace, uid), what="route with the new key's token")
+
+    # the config goes: its Gateway leaves the list
+    assert admin.delete(config_url(namespace, "tenant")).status_code == 200
+    await eventually(lambda: f"{operator_ns}.kgw" not in ((get(admin, gw_list) or {}).get("data") or {}),
+                     what="the Gateway gone from the list")

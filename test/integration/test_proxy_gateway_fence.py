@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 import aiohttp
@@ -62,11 +63,15 @@ def _key(admin, op_ns: str) -> bytes:
     return fence.key_of(r.json())
 
 
-def _route_headers(key: bytes, ns: str, model: str) -> dict[str, str]:
-    """The headers the operator's HTTPRoute for ``ns/model`` makes a Gateway set."""
+def _uid(admin, ns: str) -> str:
+    return admin.get(f"/api/v1/namespaces/{ns}").json()["metadata"]["uid"]
+
+
+def _route_headers(key: bytes, ns: str, model: str, uid: str) -> dict[str, str]:
+    """The headers the operator's HTTPRoute for ``ns/model`` makes a Gateway set (``uid``: the namespace's)."""
     m = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": model, "namespace": ns, "uid": "u"}}
     config = {"metadata": {"name": "aim", "namespace": ns}, "spec": {"gateway": {"name": "gw"}}}
-    route = desired_route(m, config, "kaiwo-system", fence.route_token(key, ns))
+    route = desired_route(m, config, "kaiwo-system", fence.route_token(key, ns, uid))
     (rule,) = route["spec"]["rules"]
     assert rule["matches"][0]["path"]["value"] == f"/{ns}/{model}"
     return {h["name"]: h["value"] for f in rule["filters"] for h in f["requestHeaderModifier"]["set"]}
@@ -84,7 +89,8 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
     # the key was made once by the proxy; a second reader gets the same one
     key = _key(admin, fenced.op_ns)
     assert await fence.ensure_route_key(fenced.mgr.client, fenced.op_ns) == key
-    a_route, b_route = _route_headers(key, a, M), _route_headers(key, b, BM)
+    ua, ub = _uid(admin, a), _uid(admin, b)
+    a_route, b_route = _route_headers(key, a, M, ua), _route_headers(key, b, BM, ub)
 
     # the operator-made route for A reaches A's Model; the token goes no further than the proxy
     code, _, raw = await fenced.post(f"/{a}/{M}/v1/chat/completions", {"model": M, "messages": []}, headers=dict(a_route))
@@ -105,9 +111,10 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
         "/openai/v1, A's model in the body, A's token": ("/openai/v1/chat/completions", {"model": f"{a}/{M}"}, a_route),
         "/openai/v1, A's model unqualified": ("/openai/v1/completions", {"model": M}, b_route),
         "token of a namespace named like the path": (f"/{a}/{M}/v1/completions", {"model": M},
-                                                     {fence.TOKEN_HEADER: fence.route_token(key, b)}),
+                                                     {fence.TOKEN_HEADER: fence.route_token(key, b, ub)}),
+        "A's name with B's UID": (f"/{a}/{M}/v1/completions", {"model": M}, {fence.TOKEN_HEADER: fence.route_token(key, a, ub)}),
         "A's token as two values": (f"/{a}/{M}/v1/completions", {"model": M},
-                                    {fence.TOKEN_HEADER: fence.route_token(key, a) + ", " + fence.route_token(key, a)}),
+                                    {fence.TOKEN_HEADER: fence.route_token(key, a, ua) + ", " + fence.route_token(key, a, ua)}),
     }
     for label, (path, body, headers) in hostile.items():
         code, _, raw = await fenced.post(path, {**body, "messages": [], "prompt": "x"}, headers=dict(headers))
@@ -133,7 +140,7 @@ async def test_a_tenant_route_aimed_at_another_namespace_is_refused(fenced, admi
         assert r.status == 404 and orjson.loads(await r.read()) == NOT_FOUND
     async with fenced.http.get(f"{fenced.url}/openai/v1/models", headers=a_route) as r:
         assert r.status == 404
-    twin_a = _route_headers(key, a, TWIN)
+    twin_a = _route_headers(key, a, TWIN, ua)
     async with fenced.http.get(f"{fenced.url}/{a}/{TWIN}/v1/models", headers=twin_a) as r:
         assert r.status == 200
         assert [d["id"] for d in orjson.loads(await r.read())["data"]] == [f"{a}/{TWIN}"]
@@ -171,3 +178,83 @@ async def test_a_bad_key_secret_keeps_the_gateway_listener_closed(control_plane,
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
+
+
+async def _serve_model(fenced, admin, backends, ns: str, model: str):
+    create_model(admin, ns, model, autoscalingDisabled=True)
+    srv = await backends(f"{ns}-{model}-{uuid.uuid4().hex[:4]}")
+    server_pod(admin, ns, model, srv)
+    await fenced.wait_endpoints(ns, model, 1)
+    return srv
+
+
+async def test_a_recreated_namespace_gets_a_new_token(fenced, admin, backends):
+    """The token binds the namespace's UID: routes (or a copied token) of a deleted namespace do not
+    reach the Models of a namespace made again under the same name."""
+    ns = _namespace(admin, "tr")
+    key = _key(admin, fenced.op_ns)
+    await _serve_model(fenced, admin, backends, ns, M)
+    old = _route_headers(key, ns, M, _uid(admin, ns))
+    code, _, raw = await fenced.post(f"/{ns}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=old)
+    assert code == 200, raw
+    # the namespace goes and comes back under the same name (someone else's now)
+    # (no namespace controller may run in this plane: its contents are removed here and the
+    # namespace finalized by hand, which is what that controller would do)
+    for pod in admin.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]:
+        admin.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", json={"gracePeriodSeconds": 0})
+    assert admin.delete(f"/apis/kubeai.org/v1/namespaces/{ns}/models/{M}").status_code == 200
+    assert admin.delete(f"/api/v1/namespaces/{ns}").status_code == 200
+    body = admin.get(f"/api/v1/namespaces/{ns}").json()
+    if body.get("kind") == "Namespace":
+        body["spec"]["finalizers"] = []
+        admin.put(f"/api/v1/namespaces/{ns}/finalize", json=body)
+    await eventually(lambda: admin.get(f"/api/v1/namespaces/{ns}").status_code == 404, timeout=90, what="namespace deleted")
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).status_code == 201
+    srv = await _serve_model(fenced, admin, backends, ns, M)
+    new = _route_headers(key, ns, M, _uid(admin, ns))
+    assert new != old
+    # the old token: refused, and the new namespace's Model receives nothing
+    await eventually(lambda: fenced.server.route_fence.namespaces.get(ns) is not None
+                     and fenced.server.route_fence.namespaces.get(ns)["metadata"]["uid"] == _uid(admin, ns), what="new UID seen")
+    code, _, raw = await fenced.post(f"/{ns}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=old)
+    assert code == 404 and orjson.loads(raw) == NOT_FOUND, raw
+    assert srv.requests == []
+    code, _, raw = await fenced.post(f"/{ns}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=new)
+    assert code == 200 and len(srv.requests) == 1, raw
+
+
+async def test_a_rotated_key_is_picked_up_without_a_restart(fenced, admin, backends):
+    """Rotation as the operator does it (fence.rotated, here written by the admin): the running proxy
+    accepts the new key's tokens, the old key's only until the overlap ends."""
+    ns = _namespace(admin, "rk")
+    srv = await _serve_model(fenced, admin, backends, ns, M)
+    uid, url = _uid(admin, ns), f"/api/v1/namespaces/{fenced.op_ns}/secrets/{fence.KEY_SECRET}"
+    secret = admin.get(url).json()
+    old_key = fence.key_of(secret)
+    old = _route_headers(old_key, ns, M, uid)
+    overlap = 15
+    secret["metadata"].setdefault("annotations", {})[fence.ROTATE_ANNOTATION] = str(overlap)
+    rotated = fence.rotated(secret, time.time())
+    assert rotated is not None and fence.ROTATE_ANNOTATION not in rotated["metadata"]["annotations"]
+    r = admin.put(url, json=rotated)
+    assert r.status_code == 200, r.text
+    new_key = fence.key_of(r.json())
+    assert new_key != old_key
+    new = _route_headers(new_key, ns, M, uid)
+
+    async def accepted(headers) -> bool:
+        code, _, _ = await fenced.post(f"/{ns}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=headers)
+        return code == 200
+    await eventually(lambda: accepted(new), timeout=30, interval=0.2, what="the new key's token accepted (no restart)")
+    t_seen = time.time()
+    # during the overlap both are accepted (the routes are being re-rendered meanwhile)
+    if time.time() < fence.keys_of(rotated).previous_until - 2:
+        assert await accepted(old)
+    async def old_refused() -> bool:
+        return not await accepted(old)
+    await eventually(old_refused, timeout=overlap + 30, interval=0.5, what="the old key refused after the overlap")
+    assert time.time() >= fence.keys_of(rotated).previous_until - 1, (t_seen, "refused before the overlap ended")
+    before = len(srv.requests)
+    code, _, raw = await fenced.post(f"/{ns}/{M}/v1/completions", {"model": M, "prompt": "x"}, headers=old)
+    assert code == 404 and orjson.loads(raw) == NOT_FOUND and len(srv.requests) == before, raw
+    assert await accepted(new)

@@ -26,6 +26,7 @@ PATHS = {
     "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "ConfigMap": "/api/v1/namespaces/kaiwo-system/configmaps",
 }
 OWNER = {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob", "name": "j",
          "uid": "00000000-0000-0000-0000-000000000001", "controller": True}
@@ -49,9 +50,13 @@ def _built() -> list[dict]:
 @pytest.fixture(scope="module")
 def policies(control_plane):
     docs = [d for d in _built() if d["kind"] in PATHS and (
-        d["kind"].startswith("ValidatingAdmissionPolicy") or d["metadata"]["name"].startswith("kaiwo-manager-role"))]
+        d["kind"].startswith("ValidatingAdmissionPolicy") or d["metadata"]["name"].startswith("kaiwo-manager-role")
+        or d["metadata"]["name"] == "kaiwo-aim-gateways")]
     assert {d["kind"] for d in docs} == set(PATHS)
+    # the param of aim-route-paths first: without it the policy refuses every HTTPRoute
+    docs.sort(key=lambda d: d["kind"] != "ConfigMap")
     with admin_http(control_plane) as h:
+        h.post("/api/v1/namespaces", json={"metadata": {"name": "kaiwo-system"}})  # 409 when another test made it
         for doc in docs:
             doc["metadata"].pop("namespace", None)
             r = h.patch(f"{PATHS[doc['kind']]}/{doc['metadata']['name']}", params={"fieldManager": "test", "force": "true"},
@@ -252,7 +257,7 @@ async def test_operator_may_write_only_model_pods(policies, admin, namespace):
     assert _refused(admin.delete(f"{pods}/users", headers=op))
 
 
-def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy",
+def _route(namespace: str, name: str, path: str, owner: dict | None = MODEL_OWNER, backend: str = "kaiwo-proxy-gateway",
            port: int | None = 8001, **rule) -> dict:
     ref = {"name": backend, "namespace": "kaiwo-system", **({"port": port} if port else {})}
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
@@ -276,7 +281,7 @@ async def test_operator_routes_reach_only_their_own_namespace(policies, admin, n
     routes, op = f"/apis/gateway.networking.k8s.io/v1/namespaces/{namespace}/httproutes", _headers(True)
     model = {"apiVersion": "kubeai.org/v1", "kind": "Model", "metadata": {"name": "m", "namespace": namespace, "uid": MODEL_OWNER["uid"]}}
     config = {"metadata": {"name": "aim", "namespace": namespace}, "spec": {"gateway": {"name": "gw", "namespace": "gateways"}}}
-    ours = desired_route(model, config, "kaiwo-system", route_token(bytes(32), namespace))
+    ours = desired_route(model, config, "kaiwo-system", route_token(bytes(32), namespace, "uid"))
     r = admin.post(routes, json=ours, headers=op)
     assert r.status_code == 201, r.text
     rewrite = {"filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/other/m"}}}]}
@@ -289,6 +294,7 @@ async def test_operator_routes_reach_only_their_own_namespace(policies, admin, n
         "not owned": _route(namespace, "r6", f"/{namespace}/m", owner=None),
         "owned by a KaiwoJob": _route(namespace, "r7", f"/{namespace}/m", owner=OWNER),
         "the unfenced in-cluster port": _route(namespace, "r8", f"/{namespace}/m", port=80),
+        "the in-cluster Service": _route(namespace, "r9", f"/{namespace}/m", backend="kaiwo-proxy", port=80),
         "another header set": _route(namespace, "r10", f"/{namespace}/m", filters=[_set_header("X-Label-Selector", "a=b")]),
         "a token header added, not set": _route(namespace, "r11", f"/{namespace}/m", filters=[
             {"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "X-Kaiwo-Route-Token", "value": "t"}]}}]),

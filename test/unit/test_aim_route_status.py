@@ -43,7 +43,7 @@ def test_desired_route_shape():
     rule = route["spec"]["rules"][0]
     assert rule["matches"][0]["path"] == {"type": "PathPrefix", "value": "/team/llama"}
     # the proxy's fenced Gateway port, with the namespace's token set (replacing any a client sent)
-    assert rule["backendRefs"][0] == {"group": "", "kind": "Service", "name": "kaiwo-proxy",
+    assert rule["backendRefs"][0] == {"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway",
                                       "namespace": "kaiwo-system", "port": 8001}
     assert rule["filters"] == [{"type": "RequestHeaderModifier",
                                 "requestHeaderModifier": {"set": [{"name": "X-Kaiwo-Route-Token", "value": "tok"}]}}]
@@ -54,6 +54,16 @@ def test_desired_grant_shape():
     assert grant["metadata"]["name"] == "aim-routes-team" and grant["metadata"]["namespace"] == "kaiwo-system"
     assert grant["metadata"]["labels"][r.LABEL_TENANT] == "team"
     assert grant["spec"]["from"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "team"}]
+    # only the Gateway listener's Service: none that exposes the in-cluster listener (kaiwo-proxy:80)
+    assert grant["spec"]["to"] == [{"group": "", "kind": "Service", "name": "kaiwo-proxy-gateway"}]
+
+
+def test_gateway_list_names_each_configs_gateway_once_and_skips_bad_names():
+    configs = [config(gateway={"name": "kgw"}), config(gateway={"name": "kgw", "namespace": "team"}),
+               config(gateway={"name": "shared", "namespace": "gw"}), config(gateway={"name": "Bad Name!"}), config()]
+    cm = r.desired_gateway_list(configs, "kaiwo-system")
+    assert cm["metadata"]["name"] == "kaiwo-aim-gateways" and cm["metadata"]["namespace"] == "kaiwo-system"
+    assert cm["data"] == {"gw.shared": "", "team.kgw": ""}
 
 
 def test_route_accepted_only_counts_our_gateway():

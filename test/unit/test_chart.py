@@ -85,7 +85,7 @@ def normalize(obj: dict[str, Any], *, chart: bool) -> dict[str, Any]:
         c = obj["spec"]["template"]["spec"]["containers"][0]
         # logLevel / logFormat: the chart passes the operator's (and the proxy's) own defaults explicitly
         c["args"] = [a for a in c["args"] if a not in ("--log-level=info", "--log-format=json")]
-    if obj["kind"] == "ConfigMap":
+    if obj["kind"] == "ConfigMap" and obj.get("data"):  # (the AIM Gateway list ships empty)
         # the model config (comments differ) and the dashboards compare parsed
         obj["data"] = {k: (json.loads(v) if k.endswith(".json") else yaml.safe_load(v)) for k, v in obj["data"].items()}
     return obj

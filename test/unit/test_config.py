@@ -111,7 +111,8 @@ def test_leader_election_role(default):
     assert rules == {("coordination.k8s.io", "leases", ()): {"create"},
                      ("coordination.k8s.io", "leases", ("83fc2279.silogen.ai",)): {"get", "update"},
                      ("", "events", ()): {"create", "patch"},
-                     ("", "configmaps", ()): {"get", "create", "patch"},  # the autoscaler's state
+                     # the autoscaler's state, the AIM Gateway list (watched by name)
+                     ("", "configmaps", ()): {"get", "list", "watch", "create", "patch"},
                      # the webhook certificate Secret, in the operator's own namespace only
                      ("", "secrets", ()): {"get", "list", "watch", "create", "update"},
                      # ReferenceGrants are only made here, never cluster-wide
@@ -197,7 +198,7 @@ def test_proxy_identity_is_its_own(default):
     from kaiwo_ctrl.aim.fence import KEY_SECRET
 
     assert {(r["resources"][0], tuple(r.get("resourceNames", ())), tuple(r["verbs"])) for r in role["rules"]} == {
-        ("secrets", (), ("create",)), ("secrets", (KEY_SECRET,), ("get",))}
+        ("secrets", (), ("create",)), ("secrets", (KEY_SECRET,), ("get", "list", "watch"))}
     cluster = one(default, "ClusterRole", "kaiwo-proxy-role")
     granted = {(g, r, v) for rule in cluster["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     assert not {t for t in granted if t[1] == "secrets" or t[2] in ("create", "delete", "update") and "review" not in t[1]}

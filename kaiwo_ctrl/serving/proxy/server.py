@@ -23,7 +23,7 @@ from kaiwo_ctrl.runtime.cache.informerapi import Backoff
 from kaiwo_ctrl.runtime.net.http1server import HeadGate, Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteKeyError, ensure_route_key, token_ok
+from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteFence, RouteKeyError
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
@@ -80,12 +80,15 @@ def route(handler: ProxyHandler):
     return dispatch
 
 
-def _gateway_parts(request: Request) -> list[str] | None:
+def _gateway_parts(request: Request, fence: RouteFence) -> list[str] | None:
+    """``/<namespace>/<model>/v1/<route>`` carrying the namespace's route token, split; else None."""
     parts = _path(request).split("/", 4)  # "", namespace, model, "v1", route
-    return parts if len(parts) == 5 and parts[3] == "v1" and parts[1] and parts[2] else None
+    if len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]:
+        return None
+    return parts if fence.ok(parts[1], request.header_values(TOKEN_HEADER_KEY)) else None
 
 
-def gateway_gate(handler: ProxyHandler, key: bytes) -> Callable[[Request], Response | None]:
+def gateway_gate(handler: ProxyHandler, fence: RouteFence) -> Callable[[Request], Response | None]:
     """The Gateway listener's head gate (``http1server``'s ``head_gate``): only ``/<namespace>/<model>/v1/<route>``
     with the namespace's route token (see :mod:`kaiwo_ctrl.aim.fence`) passes; anything else, ``/openai/v1``
     included, is one and the same 404, given when the head is complete, before any of the body is budgeted
@@ -95,8 +98,8 @@ def gateway_gate(handler: ProxyHandler, key: bytes) -> Callable[[Request], Respo
     refused = handler.metrics.gateway_refused
 
     def gate(request: Request) -> Response | None:
-        parts = _gateway_parts(request)
-        if parts is None or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY)):
+        parts = _gateway_parts(request, fence)
+        if parts is None:
             refused.inc()
             return error_response(404, "not found")
         request.budget_key = ("namespace", parts[1])
@@ -105,14 +108,14 @@ def gateway_gate(handler: ProxyHandler, key: bytes) -> Callable[[Request], Respo
     return gate
 
 
-def gateway_route(handler: ProxyHandler, key: bytes):
+def gateway_route(handler: ProxyHandler, fence: RouteFence):
     """The Gateway listener's routes: the same check as :func:`gateway_gate` (which runs first, at the head),
     kept here too so the routes never depend on how the listener is wired."""
     refused = handler.metrics.gateway_refused
 
     async def dispatch(request: Request) -> Response | Streamed:
-        parts = _gateway_parts(request)
-        if parts is None or not token_ok(key, parts[1], request.header_values(TOKEN_HEADER_KEY)):
+        parts = _gateway_parts(request, fence)
+        if parts is None:
             refused.inc()
             return error_response(404, "not found")
         out = _serve(handler, request, parts[1], parts[2], parts[4])
@@ -123,12 +126,12 @@ def gateway_route(handler: ProxyHandler, key: bytes):
 
 class ProxyServer:
     """The in-cluster listener on ``bind`` and, with ``gateway_bind``, the fenced Gateway
-    listener; ``route_key`` gives the key of the route tokens (read before that listener opens)."""
+    listener; ``route_fence`` checks its route tokens (its key read before that listener opens)."""
 
     def __init__(self, handler: ProxyHandler, bind: tuple[str, int], drain_timeout: float = 10.0, *,
-                 gateway_bind: tuple[str, int] | None = None, route_key: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                 gateway_bind: tuple[str, int] | None = None, route_fence: RouteFence | None = None) -> None:
         self.handler, self.bind, self.drain_timeout = handler, bind, drain_timeout
-        self.gateway_bind, self.route_key = gateway_bind, route_key
+        self.gateway_bind, self.route_fence = gateway_bind, route_fence
         self.port: int | None = None
         self.gateway_port: int | None = None
         self.started = asyncio.Event()
@@ -156,8 +159,8 @@ class ProxyServer:
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})
             self.started.set()
             if self.gateway_bind is not None:
-                key = await self._key()
-                gateway = self._server(gateway_route(self.handler, key), gateway_gate(self.handler, key))
+                fence = await self._fence()
+                gateway = self._server(gateway_route(self.handler, fence), gateway_gate(self.handler, fence))
                 servers.append(gateway)
                 self.gateway_port = await gateway.start(self.gateway_bind[0], self.gateway_bind[1], backlog=4096)
                 log.info("proxy serving Gateway traffic", extra={"address": f"{self.gateway_bind[0]}:{self.gateway_port}"})
@@ -169,14 +172,15 @@ class ProxyServer:
             servers.clear()
             await self.handler.close()
 
-    async def _key(self) -> bytes:
-        """The route key; until it can be read (or made), the Gateway listener stays closed (fail closed)."""
-        if self.route_key is None:
+    async def _fence(self) -> RouteFence:
+        """The route fence; until its key can be read (or made), the Gateway listener stays closed (fail closed)."""
+        if self.route_fence is None:
             raise ValueError("the Gateway listener needs the route key")
         backoff = Backoff(initial=1.0, cap=60.0)
         while True:
             try:
-                return await self.route_key()
+                await self.route_fence.ready()
+                return self.route_fence
             except (ApiError, RouteKeyError, OSError) as e:
                 delay = backoff.next()
                 log.error("route key unavailable; the Gateway listener stays closed",
@@ -202,5 +206,5 @@ def setup_proxy(
     metrics = ProxyMetrics(mgr.metrics.registry)
     scaler = ScaleFromZero(mgr.client) if scale_from_zero else None
     handler = ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits)
-    return ProxyServer(handler, addr, gateway_bind=gw_addr,
-                       route_key=lambda: ensure_route_key(mgr.client, operator_ns or ""))
+    fence = RouteFence(mgr.cache, mgr.client, operator_ns or "") if gw_addr is not None else None
+    return ProxyServer(handler, addr, gateway_bind=gw_addr, route_fence=fence)

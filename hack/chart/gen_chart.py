@@ -162,6 +162,8 @@ def _args(args: list[str]) -> list[str]:
                     "{{- else }}", "- --proxy-bind-address=0", "{{- end }}"]
         elif flag == "--proxy-gateway-bind-address":  # the proxy's fenced Gateway listener goes with the proxy
             out += ["{{- if .Values.proxy.enabled }}", f"- {a}", "{{- end }}"]
+        elif flag == "--proxy-auth":  # who may use a Model through the proxy (serving/proxy/auth.py)
+            out += ["{{- if .Values.proxy.enabled }}", "- --proxy-auth={{ .Values.proxy.auth }}", "{{- end }}"]
         elif flag == "--webhook-bind-address":
             out += ["{{- if .Values.webhooks.enabled }}", "- --webhook-bind-address=:{{ .Values.webhooks.port }}",
                     "{{- if .Values.webhooks.certManager.enabled }}", "- --webhook-cert-source=secret", "{{- end }}",

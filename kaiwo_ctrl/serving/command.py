@@ -20,6 +20,7 @@ from api.meta import parse_duration
 from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.settings import operator_namespace
+from kaiwo_ctrl.serving.proxy.auth import MODES as AUTH_MODES, AuthConfig
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
@@ -98,6 +99,31 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-engine-metrics-max-bytes", type=int, default=int(env("PROXY_ENGINE_METRICS_MAX_BYTES", str(4 << 20))),
                    help="largest engine metrics answer read; a longer one counts as an error (default 4 MiB)")
 
+    # --- caller identity (serving/proxy/auth.py) ---
+    p.add_argument("--proxy-auth", choices=AUTH_MODES, default=env("PROXY_AUTH", "kubernetes"),
+                   help="who may use a Model through the proxy (default kubernetes: a bearer token checked with a TokenReview, "
+                        "and a SubjectAccessReview for create on kubeai.org models/proxy of that Model); none: anyone who "
+                        "reaches the proxy (KubeAI's open proxy, for single-tenant installs only; warned at start-up)")
+    p.add_argument("--proxy-auth-cache-ttl", type=_positive_seconds, default=_positive_seconds(env("PROXY_AUTH_CACHE_TTL", "30s")),
+                   help="how long an allowed caller decision is cached (default 30s): a removed RoleBinding or an "
+                        "expired token is honoured within it")
+    p.add_argument("--proxy-auth-deny-ttl", type=_positive_seconds, default=_positive_seconds(env("PROXY_AUTH_DENY_TTL", "5s")),
+                   help="how long a denied or invalid caller decision is cached (default 5s)")
+    p.add_argument("--proxy-auth-cache-size", type=int, default=int(env("PROXY_AUTH_CACHE_SIZE", "10000")),
+                   help="caller decisions cached at most, least recently used dropped first (default 10000)")
+    p.add_argument("--proxy-auth-max-reviews", type=int, default=int(env("PROXY_AUTH_MAX_REVIEWS", "16")),
+                   help="Token/SubjectAccessReviews in flight at once (default 16; as many more wait, beyond that 503 "
+                        "without an API call)")
+
+
+def proxy_auth(args: argparse.Namespace) -> AuthConfig | None:
+    """The caller checks as the flags set them; None for ``--proxy-auth none``."""
+    if args.proxy_auth == "none":
+        return None
+    return AuthConfig(ttl=args.proxy_auth_cache_ttl, deny_ttl=args.proxy_auth_deny_ttl,
+                      max_entries=max(1, args.proxy_auth_cache_size), max_reviews=max(1, args.proxy_auth_max_reviews))
+
+
 def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
     """The proxy's limits as the flags set them."""
     return ProxyLimits(
@@ -141,6 +167,7 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
     flags leave unset.
     """
     server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
+                         auth=proxy_auth(args),
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None
     if server is not None:

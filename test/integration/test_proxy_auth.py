@@ -185,3 +185,40 @@ async def test_a_flood_of_garbage_tokens_is_bounded_and_others_are_served(authed
 
 async def _status(p, path: str, body: dict, token: str, want: int) -> bool:
     return (await p.post(path, body, headers=bearer(token)))[0] == want
+
+
+async def test_the_gateway_listener_needs_the_route_token_and_an_allowed_caller(control_plane, admin, backends):
+    """On the Gateway listener the route token is checked first, then the caller as in-cluster:
+    a request through A's own route still needs a Kubernetes token allowed on A's Model."""
+    from test_proxy_gateway_fence import _key, _route_headers
+
+    op_ns, a = _namespace(admin, "op"), _namespace(admin, "ga")
+    p = await start_proxy(control_plane, engine_interval=None, auth=AUTH, gateway_bind="127.0.0.1:0", operator_ns=op_ns)
+    try:
+        await asyncio.wait_for(p.server.gateway_started.wait(), 60)
+        gw = f"http://127.0.0.1:{p.server.gateway_port}"
+        create_model(admin, a, "gw-auth", autoscalingDisabled=True)
+        b = await backends("gw-auth")
+        server_pod(admin, a, "gw-auth", b)
+        await p.wait_endpoints(a, "gw-auth", 1)
+        route = _route_headers(_key(admin, op_ns), a, "gw-auth")
+        token = service_account_token(admin, a, "gw-caller")
+        path, body = f"/{a}/gw-auth/v1/completions", {"model": "gw-auth", "prompt": "x"}
+
+        async def call(headers: dict) -> int:
+            async with p.http.post(gw + path, json=body, headers=headers) as r:
+                return r.status
+
+        assert await call(route) == 401, "the route token alone is not a caller"
+        assert await call(bearer(token)) == 404, "a caller without the route token: the fence's one 404"
+        assert await call({**route, **bearer(token)}) == 404, "a known caller without a grant"
+        assert b.requests == []
+        grant_model_user(admin, a, a, "gw-caller")
+        await eventually(lambda: _gw_ok(call, {**route, **bearer(token)}), timeout=30, what="allowed through the Gateway")
+        assert len(b.requests) >= 1 and all("authorization" not in {k.lower() for k in r["headers"]} for r in b.requests)
+    finally:
+        await stop_proxy(p)
+
+
+async def _gw_ok(call, headers: dict) -> bool:
+    return await call(headers) == 200

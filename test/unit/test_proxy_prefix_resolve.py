@@ -127,6 +127,8 @@ def test_model_list_filters_features_and_lists_adapters(resolver):
     assert _ids(listing.render(listing.candidates(["TextEmbedding"], parse_selector("tenant=t1")))) == ["embed"]
     # a caller who may use only a/dup sees it by its bare name: nothing tells of b's twin
     assert _ids(listing.render(items, {("a", "dup")}.__contains__)) == ["dup"]
+    # on the open proxy one Model's own listing still says its name is not unique in the cluster
+    assert _ids(listing.render(listing.candidates(None, [], ("a", "dup")), named=listing.candidates(None, []))) == ["a/dup"]
 
 
 def test_model_list_is_built_once_per_change_not_per_call():

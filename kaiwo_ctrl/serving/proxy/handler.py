@@ -126,8 +126,10 @@ class ProxyHandler:
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
         items = self.listing.candidates(features, selectors, only)
+        if caller is None or self.auth is None:  # the open proxy: ids as KubeAI's, qualified by what the cluster has
+            return Response(200, [_JSON], self.listing.render(items, named=self.listing.candidates(None, selectors)))
         allowed = None
-        if caller is not None and self.auth is not None and only is None:
+        if only is None:  # (a path naming the Model was authorized for it by the head check)
             try:
                 allowed = (await self.auth.allowed_keys(caller, [i.key for i in items])).__contains__
             except Busy:

@@ -7,7 +7,8 @@ Model that the listing shows is added, deleted or changed in a listed field
 then only filters (features, label selectors, the Models the caller may use)
 and joins the encoded pieces: thousands of adapters on one Model cost their
 bytes, not a rebuild, per call. A name is bare when only one Model the caller
-sees has it (so the ids tell nothing of Models the caller may not use).
+may use has it (so the ids tell nothing of Models the caller may not use); on the
+open proxy, when only one Model of the cluster (matching the selectors) has it.
 """
 
 from __future__ import annotations
@@ -76,18 +77,20 @@ class ModelListing:
             ]
         return items
 
-    def candidates(self, features: list[str], selectors: list[Requirement], only: tuple[str, str] | None = None) -> list[Item]:
-        """The Models having any of ``features`` and matching ``selectors`` (``only``: that one Model)."""
-        want = frozenset(features)
-        return [i for i in self.items() if (only is None or i.key == only) and i.features & want
+    def candidates(self, features: list[str] | None, selectors: list[Requirement], only: tuple[str, str] | None = None) -> list[Item]:
+        """The Models having any of ``features`` (None: any) and matching ``selectors`` (``only``: that one Model)."""
+        want = frozenset(features or ())
+        return [i for i in self.items() if (only is None or i.key == only) and (features is None or i.features & want)
                 and (not selectors or matches(selectors, i.labels))]
 
     @staticmethod
-    def render(items: list[Item], allowed: Callable[[tuple[str, str]], bool] | None = None) -> bytes:
-        """The ``/v1/models`` answer of ``items`` (those ``allowed`` passes)."""
+    def render(items: list[Item], allowed: Callable[[tuple[str, str]], bool] | None = None,
+               named: list[Item] | None = None) -> bytes:
+        """The ``/v1/models`` answer of ``items`` (those ``allowed`` passes); a name is qualified when two
+        of ``named`` (default: those shown) have it."""
         shown = [i for i in items if allowed is None or allowed(i.key)]
         counts: dict[str, int] = {}
-        for i in shown:
+        for i in (shown if named is None else named):
             counts[i.key[1]] = counts.get(i.key[1], 0) + 1
         parts = [(i.bare if counts[i.key[1]] == 1 else i.qualified) for i in shown]
         return b'{"object":"list","data":[' + b",".join(p for p in parts if p) + b"]}"

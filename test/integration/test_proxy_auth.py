@@ -183,6 +183,33 @@ async def test_a_flood_of_garbage_tokens_is_bounded_and_others_are_served(authed
     assert set(codes) <= {401, 503} and len(b.requests) == served
 
 
+async def test_one_review_per_question_however_many_ask_at_once(authed, admin, namespace, backends):
+    """50 requests of one new caller at once: one TokenReview and one SubjectAccessReview, all served."""
+    p = authed
+    create_model(admin, namespace, "auth-dedup", autoscalingDisabled=True)
+    b = await backends("auth-dedup")
+    server_pod(admin, namespace, "auth-dedup", b)
+    await p.wait_endpoints(namespace, "auth-dedup", 1)
+    token = service_account_token(admin, namespace, "many")
+    grant_model_user(admin, namespace, namespace, "many")
+    await eventually(lambda: _sar_allows(admin, namespace, "many", "auth-dedup"), timeout=30, what="the grant in effect")
+    calls: list[str] = []
+    p.mgr.client.hooks.append(lambda method, path, status, dt: calls.append(path.rsplit("/", 1)[-1]) if "review" in path else None)
+    answers = await asyncio.gather(*(p.post(f"/{namespace}/auth-dedup/v1/completions", {"prompt": "x"}, headers=bearer(token))
+                                     for _ in range(50)))
+    assert [a[0] for a in answers] == [200] * 50 and len(b.requests) == 50
+    assert sorted(calls) == ["subjectaccessreviews", "tokenreviews"], calls
+
+
+def _sar_allows(admin, namespace: str, sa: str, model: str) -> bool:
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": f"system:serviceaccount:{namespace}:{sa}", "groups": ["system:serviceaccounts"],
+        "resourceAttributes": {"group": "kubeai.org", "resource": "models", "subresource": "proxy", "verb": "create",
+                               "namespace": namespace, "name": model}}}
+    r = admin.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=review)
+    return r.status_code == 201 and r.json()["status"].get("allowed") is True
+
+
 async def _status(p, path: str, body: dict, token: str, want: int) -> bool:
     return (await p.post(path, body, headers=bearer(token)))[0] == want
 

@@ -156,6 +156,8 @@ def start_operator(plane, admin, work: Path, gpu_port: int):
     argv, env = operator_command({"deployment": dep, "container": dep["spec"]["template"]["spec"]["containers"][0]},
                                  kubeconfig, health, metrics)
     argv = [f"--model-config={work / 'model-config.yaml'}" if a.startswith("--model-config=") else a for a in argv]
+    # the load is about the dashboards, not callers: the open proxy (--proxy-auth none; bench/RESULTS.md says so)
+    argv = [a for a in argv if not a.startswith("--proxy-auth=")] + ["--proxy-auth=none"]
     env |= {"RESOURCE_MONITORING_ENABLED": "true", "RESOURCE_MONITORING_POLLING_INTERVAL": "10s",
             "RESOURCE_MONITORING_METRICS_ENDPOINT": f"http://127.0.0.1:{gpu_port}/metrics"}
     proc = OperatorProcess(argv, env, work / "operator.log", health, metrics)

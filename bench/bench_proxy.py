@@ -124,7 +124,25 @@ async def _backend_main(service_s: float, chunk_s: float, chunks: int, jitter: f
 
 
 # --------------------------------------------------------------------- proxy
-async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
+#: the bench caller's bearer token (--only-auth): its decisions are put in the proxy's caches at start
+BENCH_TOKEN = "bench-token-" + "x" * 900  # about the length of a ServiceAccount token
+
+
+def _warm_authorizer() -> Any:
+    """An Authorizer (--proxy-auth kubernetes) whose caches already hold the bench caller's decisions:
+    what every request costs once warm. It has no API client: a review it had to make would fail (503, an error)."""
+    import hashlib
+
+    from kaiwo_ctrl.serving.proxy.auth import Authorizer
+
+    auth = Authorizer(None)  # type: ignore[arg-type]
+    key, never = hashlib.sha256(BENCH_TOKEN.encode()).hexdigest(), time.monotonic() + 1e9
+    auth._cache.put(("token", key), {"user": "system:serviceaccount:default:bench", "groups": []}, never)
+    auth._cache.put(("sar", key, "default", "bench"), True, never)
+    return auth
+
+
+async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.kinds import MODELS
@@ -146,7 +164,8 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE) -> None:
                                      "annotations": {"model-pod-port": str(backend_port)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     # the limits `kaiwo-ctrl proxy` runs with by default (a request deadline among them)
-    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits())
+    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits(),
+                           auth=_warm_authorizer() if auth else None)
     server = ProxyServer(handler, ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
     await server.started.wait()
@@ -281,6 +300,35 @@ async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms
         print(f"\nsaturation (instant servers, 64 closed-loop clients, small bodies; a CPU figure on a shared machine; "
               f"medians of 3 rounds): direct {rd:,.0f} req/s, proxy {rp:,.0f} req/s (ratio {rp / rd:.2f}), errors {errs}; "
               f"proxy CPU {cpu * 1e6:.0f} us per request (a CPU-bound ceiling of {1 / cpu:,.0f} req/s per proxy core)")
+    finally:
+        await s.close()
+
+
+async def auth_phase(none_port: int, none_pid: int, auth_port: int, auth_pid: int, quick: bool) -> None:
+    """--proxy-auth kubernetes with warm caches beside --proxy-auth none: two proxies of this tree before the
+    same instant servers, the same client, interleaved rounds; added p50 and CPU per request."""
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+
+    s = Pool(max_idle_per_host=1024)
+    token = [(b"Authorization", b"Bearer " + BENCH_TOKEN.encode())]
+    _settle()
+    try:
+        sides = {"none": (none_port, none_pid, []), "kubernetes": (auth_port, auth_pid, token)}
+        for port, _, extra_h in sides.values():
+            await run_load(s, [(f"127.0.0.1:{port}", "/openai/v1/completions")], 8, 400, False, 0, extra_h)
+        print("\ncost of --proxy-auth kubernetes with warm caches (instant servers; 4 interleaved rounds per side)")
+        print(f"{'clients':>8}{'auth':>12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req':>11}{'errors':>8}")
+        for c in (1, 64):
+            n = (400 if quick else 2000) if c == 1 else (4000 if quick else 16000)
+            got: dict[str, tuple[list[float], float, int]] = {k: ([], 0.0, 0) for k in sides}
+            for _ in range(4):
+                for name, (port, pid, extra_h) in sides.items():
+                    cpu0 = cpu_seconds(pid)
+                    lat, _, e = await run_load(s, [(f"127.0.0.1:{port}", "/openai/v1/completions")], c, n // 4, False, 0, extra_h)
+                    prev = got[name]
+                    got[name] = (prev[0] + lat, prev[1] + cpu_seconds(pid) - cpu0, prev[2] + e)
+            for name, (lat, cpu, e) in got.items():
+                print(f"{c:>8}{name:>12}{pct(lat, .5):>9.3f}{pct(lat, .99):>9.3f}{cpu / len(lat) * 1e6:>8.0f} us{e:>8}", flush=True)
     finally:
         await s.close()
 
@@ -459,6 +507,9 @@ def main() -> int:
     ap.add_argument("--baseline-tree", metavar="DIR",
                     help="peers: also measure the proxy as built from another checkout of this repository (e.g. main's), "
                          "run by this script with the same limits, as 'ours@base'")
+    ap.add_argument("--auth", action="store_true", help=argparse.SUPPRESS)  # proxy role: --proxy-auth kubernetes, warm
+    ap.add_argument("--only-auth", action="store_true",
+                    help="only the cost of --proxy-auth kubernetes (warm caches) beside --proxy-auth none")
     ap.add_argument("--tree", help=argparse.SUPPRESS)  # the checkout a proxy role imports kaiwo_ctrl from
     ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure nginx and LiteLLM's proxy (installed into the bench's own environment when missing)")
@@ -468,7 +519,7 @@ def main() -> int:
     factory = _loop_factory()
     if args.role:
         coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks, args.service_jitter, args.backend_port)
-                if args.role == "backend" else _proxy_main(args.port, args.backend_port))
+                if args.role == "backend" else _proxy_main(args.port, args.backend_port, args.auth))
         with asyncio.Runner(loop_factory=factory) as r:
             r.run(coro)
         return 0
@@ -476,6 +527,8 @@ def main() -> int:
           "a shared machine: figures vary with what else runs)")
     backend = _spawn("backend", f"--service-ms={args.service_ms}", f"--service-jitter={args.service_jitter}",
                      f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
+    if args.only_auth:
+        return _only_auth(args, factory, backend)
     proxy = _spawn("proxy", f"--port={args.port}")
     extra: list[subprocess.Popen] = []
     try:
@@ -497,6 +550,21 @@ def main() -> int:
         print(f"\nload average at the end: {load_avg()}")
     finally:
         for p in (*extra, proxy, backend):
+            p.terminate()
+            p.wait(10)
+    return 0
+
+
+def _only_auth(args: argparse.Namespace, factory: Any, backend: subprocess.Popen) -> int:
+    instant = _spawn("backend", "--service-ms=0", "--service-jitter=0", f"--backend-port={INSTANT_PORT}")
+    open_proxy = _spawn("proxy", f"--port={args.port + 20}", f"--backend-port={INSTANT_PORT}")
+    auth_proxy = _spawn("proxy", f"--port={args.port + 21}", f"--backend-port={INSTANT_PORT}", "--auth")
+    try:
+        with asyncio.Runner(loop_factory=factory) as r:
+            r.run(auth_phase(args.port + 20, open_proxy.pid, args.port + 21, auth_proxy.pid, args.quick))
+        print(f"\nload average at the end: {load_avg()}")
+    finally:
+        for p in (auth_proxy, open_proxy, instant, backend):
             p.terminate()
             p.wait(10)
     return 0

@@ -112,6 +112,7 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     registry = CollectorRegistry()
     attach_scraper(tracker, registry, ScrapeConfig(interval=scrape))
+    # the open proxy (--proxy-auth none): the routing is measured, not callers (bench/RESULTS.md)
     server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None), ("127.0.0.1", port))
     background = [asyncio.create_task(fn()) for fn in tracker.background]
     task = asyncio.create_task(server.run())

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from support.echoserver import serve_chat
+from support.tokens import bearer, grant_model_user, service_account_token
 
 from e2e.conftest import forbidden_lines, get, wait_for
 from e2e.test_kueue_admission import GPU, KAIWO, KAIWO_CONFIG, KUEUE, QUEUE_CONFIG, condition
@@ -197,9 +198,14 @@ def test_replicas_past_quota_wait_with_kueues_message_and_admitted_ones_serve(te
     fake = FakeServer("127.0.0.78")
     try:
         fake.stand_in(admin, first)
+        # a caller the proxy knows (--proxy-auth kubernetes): a ServiceAccount bound to kaiwo-model-user
+        token = service_account_token(admin, NS, "chat-caller")
+        grant_model_user(admin, NS, NS, "chat-caller", binding="chat-callers")
+        chat = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}
+        wait_for(lambda: httpx.post(f"{proxy_url(operator)}/chat/completions", timeout=60, json=chat,
+                                    headers=bearer(token)).status_code != 404, 60, "the RoleBinding honoured")
         for _ in range(3):
-            r = httpx.post(f"{proxy_url(operator)}/chat/completions", timeout=60,
-                           json={"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]})
+            r = httpx.post(f"{proxy_url(operator)}/chat/completions", timeout=60, json=chat, headers=bearer(token))
             assert r.status_code == 200 and "admitted replica" in r.text, r.text
     finally:
         fake.server.shutdown()

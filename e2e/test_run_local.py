@@ -88,7 +88,11 @@ def call_sample_model_through_proxy(kubeconfig: Path, proxy_url: str) -> None:
                              "conditions": [{"type": "Ready", "status": "True"}]}}
         subprocess.run([*kubectl, "patch", "pod", "fake-qwen-server", "-n", "kaiwo-samples", "--subresource=status",
                         "--type=merge", "-p", json.dumps(status)], check=True, capture_output=True)
-        req = urllib.request.Request(proxy_url + "/chat/completions", method="POST", headers={"Content-Type": "application/json"},
+        # the caller run-local made (ServiceAccount model-user, bound to kaiwo-model-user): --proxy-auth kubernetes
+        token = subprocess.run([*kubectl, "-n", "kaiwo-samples", "create", "token", "model-user"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        req = urllib.request.Request(proxy_url + "/chat/completions", method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
                                      data=b'{"model":"qwen2-500m-cpu","messages":[{"role":"user","content":"hi"}]}')
         with urllib.request.urlopen(req, timeout=120) as r:
             assert r.status == 200 and b"hi from fake" in r.read()

@@ -169,6 +169,14 @@ else
 fi
 
 ns=kaiwo-samples
+# the proxy knows its callers (--proxy-auth kubernetes): a ServiceAccount of the samples'
+# namespace, bound to the shipped kaiwo-model-user ClusterRole, calls the sample Model
+# (made here, while the samples reconcile, so nothing waits on it later)
+k apply -f config/rbac/kaiwo_model_user_role.yaml >/dev/null
+k create serviceaccount model-user -n $ns --dry-run=client -o yaml | k apply -f - >/dev/null
+k create rolebinding model-user -n $ns --clusterrole=kaiwo-model-user --serviceaccount=$ns:model-user \
+  --dry-run=client -o yaml | k apply -f - >/dev/null
+token=$(k -n $ns create token model-user --duration=1h)
 # has_status KIND NAME: the object has status.status
 has_status() { [ -n "$(k get "$1" "$2" ${3:+-n "$3"} -o jsonpath='{.status.status}' 2>/dev/null)" ]; }
 # owns KIND NS UID: some KIND in NS has an owner reference to UID
@@ -215,11 +223,16 @@ k get pods -n $ns -l app=model -o wide
 echo
 say "samples reconciled ($(elapsed) after start)"
 say "OpenAI-compatible proxy: http://127.0.0.1:$proxy/openai/v1"
-say "  curl http://127.0.0.1:$proxy/openai/v1/models"
-"$py" - "http://127.0.0.1:$proxy/openai/v1/models" <<'PY'
-import sys, time, urllib.request
-for _ in range(40):  # the Model cache may be a moment behind the apply
-    body = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+say "  TOKEN=\$($kubectl --kubeconfig $kubeconfig -n $ns create token model-user)"
+say "  curl -H \"Authorization: Bearer \$TOKEN\" http://127.0.0.1:$proxy/openai/v1/models"
+KAIWO_TOKEN=$token "$py" - "http://127.0.0.1:$proxy/openai/v1/models" <<'PY'
+import os, sys, time, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["KAIWO_TOKEN"]})
+for _ in range(40):  # the Model cache (and the new RoleBinding) may be a moment behind the apply
+    try:
+        body = urllib.request.urlopen(req, timeout=5).read().decode()
+    except urllib.error.HTTPError as e:  # 404 until the operator's caches see the Model
+        body = f"{e.code}: {e.read().decode()}"
     if "qwen2-500m-cpu" in body:
         break
     time.sleep(0.25)

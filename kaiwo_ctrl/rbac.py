@@ -257,12 +257,14 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ),
     ),
     # --- secure metrics -----------------------------------------------------
-    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
+    Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure); "
+         "serving/proxy/auth.py: who calls the proxy (--proxy-auth kubernetes)"),
     Rule(
         "authorization.k8s.io",
         "subjectaccessreviews",
         ("create",),
-        "runtime/observe/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure)",
+        "runtime/observe/metricsauth.py: may the scraper get the /metrics URL (--metrics-secure); "
+        "serving/proxy/auth.py: may the caller create models/proxy of the Model (--proxy-auth kubernetes)",
     ),
 )
 
@@ -411,6 +413,24 @@ def metrics_reader_role() -> dict:
     }
 
 
+#: Name of the ClusterRole that lets a user call Models through the proxy (serving/proxy/auth.py).
+MODEL_USER_ROLE = "kaiwo-model-user"
+
+
+def model_user_role() -> dict:
+    """Use a namespace's Models through the proxy (``create`` on ``kubeai.org`` ``models/proxy``); aggregates
+    into ``edit`` and ``admin``, so a namespace's members use its Models without a grant of their own. Bind it
+    with a RoleBinding for one namespace (``resourceNames`` in a Role of your own narrows it to some Models)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": MODEL_USER_ROLE, "labels": {
+            "app.kubernetes.io/name": "kaiwo-ctrl",
+            "rbac.authorization.k8s.io/aggregate-to-admin": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
+        "rules": [{"apiGroups": [KUBEAI], "resources": ["models/proxy"], "verbs": ["create"]}],
+    }
+
+
 def user_roles(kind_label: str, group: str, plural: str) -> dict[str, dict]:
     """Editor and viewer ClusterRoles for one kind (namespaced kinds aggregate into edit/view)."""
     namespaced = plural in ("kaiwojobs", "kaiwoservices")
@@ -456,6 +476,7 @@ def generated_files() -> dict[str, str]:
         "role.yaml": _commented_cluster_role(),
         "leader_election_role.yaml": HEADER + _dump(leader_election_role()),
         "metrics_reader_role.yaml": HEADER + _dump(metrics_reader_role()),
+        "kaiwo_model_user_role.yaml": HEADER + _dump(model_user_role()),
     }
     for name, doc in proxy_roles().items():
         files[name] = HEADER + _dump(doc)

@@ -168,6 +168,8 @@ def _args(args: list[str], v: str) -> list[str]:
             out += ["{{- if .Values.metrics.secure }}", f"- {a}", "{{- end }}"]
         elif flag == "--proxy-bind-address" and value != "0":  # the proxy's own Deployment
             out.append("- --proxy-bind-address=:{{ .Values.proxy.port }}")
+        elif flag == "--proxy-auth":  # who may use a Model through the proxy (serving/proxy/auth.py)
+            out.append("- --proxy-auth={{ .Values.proxy.auth }}")
         elif flag == "--webhook-bind-address":
             out += ["{{- if .Values.webhooks.enabled }}", "- --webhook-bind-address=:{{ .Values.webhooks.port }}",
                     "{{- if .Values.webhooks.certManager.enabled }}", "- --webhook-cert-source=secret", "{{- end }}",

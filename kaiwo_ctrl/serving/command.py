@@ -21,6 +21,7 @@ from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
+from kaiwo_ctrl.serving.proxy.auth import MODES as AUTH_MODES, AuthConfig
 from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
@@ -104,7 +105,14 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest request head (default 64Ki; then 431)")
     p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
                    help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
-    # per-connection bounds of the proxy's listeners (issue 38)
+    _add_connection_arguments(p)
+    _add_engine_metrics_arguments(p)
+    _add_auth_arguments(p)
+
+
+def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """Per-connection bounds of the proxy's listeners."""
+    env = os.environ.get
     p.add_argument("--proxy-max-header-count", type=_count, default=_count(env("PROXY_MAX_HEADER_COUNT", "100")),
                    help="most header lines in a request head, trailers included (default 100, as Envoy and hyper; then 431)")
     p.add_argument("--proxy-max-pipelined", type=_count, default=_count(env("PROXY_MAX_PIPELINED", "16")),
@@ -117,6 +125,9 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="of --proxy-body-memory, the most one client address holds (on the Gateway listener: one "
                         "namespace); its requests over it wait without holding up other clients' (default 128Mi)")
 
+
+def _add_engine_metrics_arguments(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get
     p.add_argument("--proxy-engine-metrics-interval", type=_seconds, default=_seconds(env("PROXY_ENGINE_METRICS_INTERVAL", "1s")),
                    help="how often each Ready server Pod's /metrics is read for engine-aware routing and "
                         "autoscaling (default 1s; '0' turns it off: KubeAI's proxy-count routing)")
@@ -124,6 +135,34 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="bound on one engine metrics read, connect included (default 500ms)")
     p.add_argument("--proxy-engine-metrics-max-bytes", type=int, default=int(env("PROXY_ENGINE_METRICS_MAX_BYTES", str(4 << 20))),
                    help="largest engine metrics answer read; a longer one counts as an error (default 4 MiB)")
+
+
+def _add_auth_arguments(p: argparse.ArgumentParser) -> None:
+    """Caller identity (serving/proxy/auth.py)."""
+    env = os.environ.get
+    p.add_argument("--proxy-auth", choices=AUTH_MODES, default=env("PROXY_AUTH", "kubernetes"),
+                   help="who may use a Model through the proxy (default kubernetes: a bearer token checked with a TokenReview, "
+                        "and a SubjectAccessReview for create on kubeai.org models/proxy of that Model); none: anyone who "
+                        "reaches the proxy (KubeAI's open proxy, for single-tenant installs only; warned at start-up)")
+    p.add_argument("--proxy-auth-cache-ttl", type=_positive_seconds, default=_positive_seconds(env("PROXY_AUTH_CACHE_TTL", "30s")),
+                   help="how long an allowed caller decision is cached (default 30s): a removed RoleBinding or an "
+                        "expired token is honoured within it")
+    p.add_argument("--proxy-auth-deny-ttl", type=_positive_seconds, default=_positive_seconds(env("PROXY_AUTH_DENY_TTL", "5s")),
+                   help="how long a denied or invalid caller decision is cached (default 5s)")
+    p.add_argument("--proxy-auth-cache-size", type=int, default=int(env("PROXY_AUTH_CACHE_SIZE", "10000")),
+                   help="caller decisions cached at most, least recently used dropped first (default 10000)")
+    p.add_argument("--proxy-auth-max-reviews", type=int, default=int(env("PROXY_AUTH_MAX_REVIEWS", "16")),
+                   help="Token/SubjectAccessReviews in flight at once (default 16; as many more wait, beyond that 503 "
+                        "without an API call)")
+
+
+def proxy_auth(args: argparse.Namespace) -> AuthConfig | None:
+    """The caller checks as the flags set them; None for ``--proxy-auth none``."""
+    if args.proxy_auth == "none":
+        return None
+    return AuthConfig(ttl=args.proxy_auth_cache_ttl, deny_ttl=args.proxy_auth_deny_ttl,
+                      max_entries=max(1, args.proxy_auth_cache_size), max_reviews=max(1, args.proxy_auth_max_reviews))
+
 
 def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
     """The proxy's limits as the flags set them."""
@@ -199,6 +238,7 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
         log.info("proxy.mode external: no proxy listener and no autoscaler in this process")
         return None
     server = setup_proxy(mgr, args.proxy_bind_address, limits=proxy_limits(args), gateway_bind=args.proxy_gateway_bind_address,
+                         auth=proxy_auth(args),
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None
     if server is not None:

@@ -248,9 +248,11 @@ class Proxy:
 async def start_proxy(control_plane, engine_interval: float | None = 0.2, wire=None, **setup) -> Proxy:
     """A proxy replica in its own Manager; ``wire(mgr, server, scraper)`` adds more before it starts.
     ``engine_interval=None``: no engine-metrics scraper (nothing but clients reaches the upstreams);
-    ``setup``: more arguments of ``setup_proxy`` (limits, scale_from_zero)."""
+    ``setup``: more arguments of ``setup_proxy`` (limits, scale_from_zero, auth). Without ``auth`` the proxy is
+    the open one (``--proxy-auth none``): these tests are about routing, not callers (test_proxy_auth.py is)."""
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+    setup.setdefault("auth", None)
     server = setup_proxy(mgr, "127.0.0.1:0", **setup)
     scraper = None if engine_interval is None else attach_scraper(
         server.handler.tracker, mgr.metrics.registry, ScrapeConfig(interval=engine_interval, timeout=0.5))

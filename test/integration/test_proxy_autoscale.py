@@ -23,6 +23,7 @@ from kaiwo_ctrl.local.controlplane import free_port
 from proxy_support import backends, create_model, get_model, server_pod  # noqa: F401 - fixtures
 from support import eventually
 from support.operator import OperatorProcess
+from support.tokens import bearer, grant_model_user, service_account_token
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,8 @@ class ProxyProcess:
 
     def ready(self) -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{self.proxy_port}/openai/v1/models", timeout=2).status_code == 200
+            # serving (it starts once its caches synced): 401 is --proxy-auth kubernetes refusing no token
+            return httpx.get(f"http://127.0.0.1:{self.proxy_port}/openai/v1/models", timeout=2).status_code in (200, 401)
         except httpx.HTTPError:
             return False
 
@@ -78,6 +80,9 @@ async def test_autoscaler_sums_two_proxies_survives_restart_and_scales_down(cont
 
     second = ProxyProcess(kc, tmp_path / "proxy.log")
     a_metrics = free_port()
+    # both proxies run --proxy-auth kubernetes (the default): the counts are of an allowed caller's requests
+    token = service_account_token(admin, namespace, "autoscaled")
+    grant_model_user(admin, namespace, namespace, "autoscaled")
 
     def start_operator(log: str) -> OperatorProcess:
         op = OperatorProcess(
@@ -98,7 +103,8 @@ async def test_autoscaler_sums_two_proxies_survives_restart_and_scales_down(cont
         await eventually(lambda: op.is_leader(f"autoscale-{cm}"), timeout=60, what="leader")
 
         async def call(port: int) -> int:
-            async with http.post(f"http://127.0.0.1:{port}/openai/v1/completions", json={"model": "auto", "prompt": "x"}) as r:
+            async with http.post(f"http://127.0.0.1:{port}/openai/v1/completions", json={"model": "auto", "prompt": "x"},
+                                 headers=bearer(token)) as r:
                 await r.read()
                 return r.status
 

@@ -46,7 +46,7 @@ async def test_peers_are_discovered_from_pods(control_plane, admin, namespace, b
     for i, h in enumerate(hosts):
         client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
         mgr = Manager(client, metrics=Metrics(), metrics_addr=f"{h}:{port}", health_addr="127.0.0.1:0")
-        server = setup_proxy(mgr, "127.0.0.1:0")
+        server = setup_proxy(mgr, "127.0.0.1:0", auth=None)  # not about callers: the open proxy (--proxy-auth none)
         if i == 0:
             cfg = AutoscalerConfig(interval=0.5, time_window=2, state_configmap=f"st-{uuid.uuid4().hex[:6]}", namespace=namespace)
             setup_autoscaler(mgr, cfg, peer_selector=DEFAULT_PEER_SELECTOR, peer_port=port, self_proxy=True)

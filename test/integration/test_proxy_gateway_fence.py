@@ -44,7 +44,7 @@ async def fenced(control_plane, admin):
     op_ns = _namespace(admin, "op")
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns)
+    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, auth=None)  # the route token only
     stop = asyncio.Event()
     task = asyncio.create_task(run_with_manager(mgr, server, stop))
     await asyncio.wait_for(server.gateway_started.wait(), 60)
@@ -161,7 +161,7 @@ async def test_a_bad_key_secret_keeps_the_gateway_listener_closed(control_plane,
     assert r.status_code == 201, r.text
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns)
+    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, auth=None)  # the route token only
     assert server is not None
     stop = asyncio.Event()
     task = asyncio.create_task(run_with_manager(mgr, server, stop))

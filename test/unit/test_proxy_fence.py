@@ -134,12 +134,13 @@ class FakeHandler:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.metrics = ProxyMetrics(CollectorRegistry())
+        self.auth = None  # --proxy-auth none: these tests are about the route token
 
-    async def proxy(self, request, rest, namespace, model):
+    async def proxy(self, request, rest, namespace, model, caller=None):
         self.calls.append(("proxy", rest, namespace, model))
         return Response(200, [], b"ok")
 
-    async def models(self, request, namespace, model):
+    async def models(self, request, namespace, model, caller=None):
         self.calls.append(("models", namespace, model))
         return Response(200, [], b"ok")
 

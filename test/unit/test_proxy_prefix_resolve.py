@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.serving.proxy.handler import split_multipart_model
+from kaiwo_ctrl.serving.proxy.listing import ModelListing
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, request_timeout, selectors_of
 from kaiwo_ctrl.runtime.objects.labelselector import SelectorError, matches, parse_selector
@@ -131,12 +133,50 @@ def test_namespaced_route_pins_the_namespace(resolver):
         resolver.resolve("b/dup", [], namespace="a")
 
 
+def _ids(body: bytes) -> list[str]:
+    return [m["id"] for m in orjson.loads(body)["data"]]
+
+
 def test_model_list_filters_features_and_lists_adapters(resolver):
-    ids = [m["id"] for m in resolver.list_models(["TextGeneration"], [])]
-    assert ids == ["a/dup", "b/dup", "llama", "llama_sql"]
-    entry = resolver.list_models(["TextGeneration"], [])[2]
+    listing = ModelListing(resolver.models)
+    items = listing.candidates(["TextGeneration"], [])
+    assert _ids(listing.render(items)) == ["a/dup", "b/dup", "llama", "llama_sql"]
+    entry = orjson.loads(listing.render(items))["data"][2]
     assert entry["created"] == 1767323045 and entry["owned_by"] == "me" and entry["object"] == "model"
-    assert [m["id"] for m in resolver.list_models(["TextEmbedding"], parse_selector("tenant=t1"))] == ["embed"]
+    assert _ids(listing.render(listing.candidates(["TextEmbedding"], parse_selector("tenant=t1")))) == ["embed"]
+    # a caller who may use only a/dup sees it by its bare name: nothing tells of b's twin
+    assert _ids(listing.render(items, {("a", "dup")}.__contains__)) == ["dup"]
+    # on the open proxy one Model's own listing still says its name is not unique in the cluster
+    assert _ids(listing.render(listing.candidates(None, [], ("a", "dup")), named=listing.candidates(None, []))) == ["a/dup"]
+
+
+def test_model_list_is_built_once_per_change_not_per_call():
+    """5,000 adapters on one Model: calls join the encoded entries; only a listed change rebuilds."""
+    inf = Informer(None, MODELS)
+    listing = ModelListing(inf)
+    big = model("a", "big", adapters=[f"ad{i}" for i in range(5000)])
+    inf.store.put(big)
+    listing.on_add(big, True)
+    for _ in range(50):
+        body = listing.render(listing.candidates(["TextGeneration"], []))
+    assert listing.builds == 1 and len(_ids(body)) == 5001
+    status_only = {**big, "status": {"replicas": {"ready": 1}}}
+    listing.on_update(big, status_only)  # a status update is not listed: no rebuild
+    listing.render(listing.candidates(["TextGeneration"], []))
+    assert listing.builds == 1
+    fewer = model("a", "big", adapters=["only"])
+    inf.store.put(fewer)
+    listing.on_update(status_only, fewer)
+    assert _ids(listing.render(listing.candidates(["TextGeneration"], []))) == ["big", "big_only"]
+    assert listing.builds == 2
+
+
+def test_resolve_among_allowed_hides_the_others(resolver):
+    assert sorted(resolver.candidates("dup")) == [("a", "dup"), ("b", "dup")]
+    assert resolver.resolve("dup", [], allowed={("b", "dup")}).namespace == "b"  # no 409: a's twin is not the caller's
+    with pytest.raises(ProxyError) as e:
+        resolver.resolve("llama", [], allowed=set())
+    assert e.value.status == 404 and e.value.message == "model not found: 'llama'"  # as for a Model that does not exist
 
 
 def test_request_timeout_annotation():

@@ -116,9 +116,14 @@ def _without_hop_by_hop(raw: RawHeaders, drop: frozenset[bytes], inbound: bool) 
     return out
 
 
-def request_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:
-    """The client's headers to send upstream (raw name/value bytes, order kept)."""
-    return _without_hop_by_hop(raw, _INBOUND_DROP, True)
+def request_headers(raw: RawHeaders, drop_authorization: bool = False) -> list[tuple[bytes, bytes]]:
+    """The client's headers to send upstream (raw name/value bytes, order kept); ``drop_authorization``
+    (``--proxy-auth kubernetes``): the caller's Kubernetes token is the proxy's to check, never the model
+    server's to see (a tenant's Pod could use it against the API server as the caller)."""
+    out = _without_hop_by_hop(raw, _INBOUND_DROP, True)
+    if drop_authorization:
+        out = [(k, v) for k, v in out if k.lower() != b"authorization"]
+    return out
 
 
 def response_headers(raw: RawHeaders) -> list[tuple[bytes, bytes]]:

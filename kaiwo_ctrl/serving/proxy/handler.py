@@ -37,12 +37,14 @@ import orjson
 from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
+from kaiwo_ctrl.serving.proxy.auth import Authorizer, Busy, Caller
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
+from kaiwo_ctrl.serving.proxy.listing import ModelListing
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
@@ -56,7 +58,8 @@ CONNECT_TIMEOUT = 5.0
 # rerank: Reranking Models (KubeAI 0.22); responses: the Responses API (KubeAI 0.23, #667), routed like chat
 JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank", "responses"})
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
-_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error", 504: "timeout_error"}
+_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error", 409: "conflict_error",
+                504: "timeout_error"}
 
 
 _JSON = (b"Content-Type", b"application/json")
@@ -70,15 +73,26 @@ def internal_error() -> Response:
 def error_response(status: int, message: str, **extra: Any) -> Response:
     err = {"message": message, "type": _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
            "code": status, **extra}
-    return Response(status, [_JSON, PROXY_HEADER], orjson.dumps({"error": err}))
+    headers = [_JSON, PROXY_HEADER]
+    if status == 401:
+        headers.append((b"WWW-Authenticate", b'Bearer realm="kaiwo-proxy"'))
+    elif status == 503:
+        headers.append((b"Retry-After", b"1"))
+    return Response(status, headers, orjson.dumps({"error": err}))
+
+
+def auth_busy() -> Response:
+    return error_response(503, "Service Unavailable: authorization is busy, retry")
 
 
 class ProxyHandler:
     def __init__(
         self, resolver: Resolver, tracker: EndpointTracker, metrics: ProxyMetrics, scaler: ScaleFromZero | None,
-        *, default_timeout: float | None = None, limits: ProxyLimits | None = None,
+        *, default_timeout: float | None = None, limits: ProxyLimits | None = None, auth: Authorizer | None = None,
     ) -> None:
         self.resolver, self.tracker, self.metrics, self.scaler = resolver, tracker, metrics, scaler
+        self.auth = auth  # None: --proxy-auth none (every caller may use every Model)
+        self.listing = ModelListing(resolver.models)
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
         self._states: dict[tuple[str, str], ModelState] = {}
@@ -98,21 +112,36 @@ class ProxyHandler:
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
-    async def models(self, request: Request, namespace: str | None = None, model: str | None = None) -> Response:
-        """``GET /openai/v1/models``, or ``/<namespace>/<model>/v1/models``."""
+    async def models(self, request: Request, namespace: str | None = None, model: str | None = None,
+                     caller: Caller | None = None) -> Response:
+        """``GET /openai/v1/models``, or ``/<namespace>/<model>/v1/models`` (that Model's entries only);
+        with a ``caller``, only the Models it may use (:mod:`.listing`)."""
+        only = None
         try:
             selectors = _selectors(request)
             if namespace is not None and model is not None:
-                t = self.resolver.resolve(model, selectors, namespace)
-                features = list(t.spec.get("features") or ())
+                t = self.resolver.resolve(model, selectors, namespace)  # the head check authorized this Model
+                features, only = list(t.spec.get("features") or ()), (t.namespace, t.name)
             else:
                 features = parse_qs(request.query).get("feature") or ["TextGeneration"]
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
-        data = self.resolver.list_models(features, selectors)
-        if model is not None:  # this Model's entries only: a twin in another namespace is not listed
-            data = [d for d in data if _listed_as(d["id"], namespace, model)]
-        return Response(200, [_JSON], orjson.dumps({"object": "list", "data": data}))
+        items = self.listing.candidates(features, selectors, only)
+        if caller is None or self.auth is None:  # the open proxy: ids as KubeAI's, qualified by what the cluster has
+            return Response(200, [_JSON], self.listing.render(items, named=self.listing.candidates(None, selectors)))
+        allowed = None
+        if only is None:  # (a path naming the Model was authorized for it by the head check)
+            try:
+                allowed = (await self.auth.allowed_keys(caller, [i.key for i in items])).__contains__
+            except Busy:
+                return auth_busy()
+        return Response(200, [_JSON], self.listing.render(items, allowed))
+
+    async def _allowed(self, caller: Caller | None, requested: str, namespace: str | None) -> set[tuple[str, str]] | None:
+        """The Models ``requested`` may name that ``caller`` may use (None: no check); Busy when unknown."""
+        if caller is None or self.auth is None:
+            return None
+        return await self.auth.allowed_keys(caller, self.resolver.candidates(requested, namespace))
 
     # -------------------------------------------------------------- proxy
     def stream_hold(self, request: Request) -> int | None:
@@ -163,8 +192,10 @@ class ProxyHandler:
             raise ProxyError(400, "bad request: missing 'model' field")
         return model or path_model or "", body, parsed
 
-    async def proxy(self, request: Request, route: str, namespace: str | None = None, path_model: str | None = None) -> Response | Streamed:
-        """``POST /openai/v1/<route>``, or ``/<namespace>/<model>/v1/<route>``."""
+    async def proxy(self, request: Request, route: str, namespace: str | None = None, path_model: str | None = None,
+                    caller: Caller | None = None) -> Response | Streamed:
+        """``POST /openai/v1/<route>``, or ``/<namespace>/<model>/v1/<route>``; with a ``caller``, only a Model
+        it may use (else 404, as for a Model that does not exist), checked before any side effect."""
         t0 = time.perf_counter()
         body: bytes | bytearray | StreamBody
         try:
@@ -174,9 +205,13 @@ class ProxyHandler:
                 requested, body, parsed = self._read(request, route, path_model)
             if path_model is not None and requested.partition("_")[0] != path_model:
                 requested = path_model  # the path names the Model; a body model naming another one is ignored
-            target = self.resolver.resolve(requested, _selectors(request), namespace)
+            selectors = _selectors(request)
+            allowed = await self._allowed(caller, requested, namespace)
+            target = self.resolver.resolve(requested, selectors, namespace, allowed)
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
+        except Busy:
+            return auth_busy()
         key = ""
         st = self._state(target)
         if st.prefix is not None:  # PrefixHash: the prompt's prefix, taken before the parsed body goes
@@ -244,7 +279,7 @@ class ProxyHandler:
                 await self.scaler.ensure_running(t)
             path = "/v1/" + route + ("?" + request.query if request.query else "")
             return await forward(
-                request, self.pool, path, body, request_headers(request.headers), ex.acquire, ex.group.release, ex.retry, ex.sent,
+                request, self.pool, path, body, request_headers(request.headers, self.auth is not None), ex.acquire, ex.group.release, ex.retry, ex.sent,
                 ex.answered,
             )
         except UpstreamFailed as e:
@@ -299,13 +334,6 @@ class ProxyHandler:
 def _selectors(request: Request) -> list[Any]:
     values = request.header_values(b"x-label-selector")
     return selectors_of(v.decode("latin-1") for v in values) if values else []
-
-
-def _listed_as(entry_id: str, namespace: str | None, model: str) -> bool:
-    """A ``/v1/models`` id (``[<namespace>/]<name>[_<adapter>]``) of ``namespace/model``; an id
-    without a namespace is a name only one namespace has (the one the path resolved to)."""
-    ns, _, rest = entry_id.rpartition("/")
-    return rest.partition("_")[0] == model and (not ns or ns == namespace)
 
 
 def _mimetype(request: Request) -> tuple[str, str]:

@@ -14,7 +14,12 @@
   under the bound) and ``kaiwo_proxy_prefixhash_ring_points_examined_total``;
 * ``kaiwo_proxy_gateway_refused_total`` - requests the Gateway listener refused
   (no or a wrong route token, or a path outside ``/<namespace>/<model>/v1/``);
-  no labels: the namespace of a refused request is the client's word.
+  no labels: the namespace of a refused request is the client's word;
+* ``kaiwo_proxy_auth_refused_total{code}`` - requests refused by the caller check
+  (401, 404 not allowed, 503 reviews busy or failing), and
+  ``kaiwo_proxy_auth_reviews_total{review,outcome}`` - TokenReviews (``token``) and
+  SubjectAccessReviews (``sar``) by outcome (``allowed``, ``denied``, ``error``, ``busy``:
+  not made, too many in flight). Cache hits make no review.
 
 They are :mod:`kaiwo_ctrl.runtime.observe.lean` series: updated with plain
 arithmetic on every request, exposed like prometheus_client's own.
@@ -53,5 +58,9 @@ class ProxyMetrics:
         self.gateway_refused = LeanCounter(
             "kaiwo_proxy_gateway_refused", "Requests the Gateway listener refused (route token or path)", registry=r
         )
+        self.auth_refused = LeanCounter("kaiwo_proxy_auth_refused", "Requests refused by the caller check, by status code",
+                                        ("code",), registry=r)
+        self.auth_reviews = LeanCounter("kaiwo_proxy_auth_reviews", "Token and access reviews of proxy callers, by outcome",
+                                        ("review", "outcome"), registry=r)
         for outcome in ("home", "spill", "fallback"):
             self.prefix_choices.labels(outcome)

@@ -71,8 +71,21 @@ class Resolver:
             return objs
         return [m for m in objs if matches(selectors, m["metadata"].get("labels"))]
 
-    def resolve(self, requested: str, selectors: list[Requirement], namespace: str | None = None) -> Target:
-        """Resolve a requested name; ``namespace`` comes from a namespaced route."""
+    def candidates(self, requested: str, namespace: str | None = None) -> list[tuple[str, str]]:
+        """(namespace, name) of the Models ``requested`` may name (before selectors and adapters), for
+        the caller's authorization, which :meth:`resolve` then takes as ``allowed``."""
+        ns, _, rest = requested.rpartition("/") if "/" in requested else ("", "", requested)
+        ns = namespace or ns
+        name = rest.partition("_")[0]
+        if ns:
+            return [(ns, name)] if self.models.get(name, ns) is not None else []
+        return [(m["metadata"]["namespace"], name) for m in self.models.by_index(NAME_INDEX, name)]
+
+    def resolve(self, requested: str, selectors: list[Requirement], namespace: str | None = None,
+                allowed: set[tuple[str, str]] | None = None) -> Target:
+        """Resolve a requested name; ``namespace`` comes from a namespaced route. With ``allowed``
+        (the caller's authorized Models), any other Model is treated as unknown: one answer
+        (404) whether it exists or not, and a name is ambiguous (409) only among those."""
         ns, _, rest = requested.rpartition("/") if "/" in requested else ("", "", requested)
         if namespace is not None:
             if ns and ns != namespace:
@@ -86,6 +99,8 @@ class Resolver:
         else:
             found = self.models.by_index(NAME_INDEX, name)
         found = self._visible(found, selectors)
+        if allowed is not None:
+            found = [m for m in found if (m["metadata"]["namespace"], m["metadata"]["name"]) in allowed]
         if not found:
             raise ProxyError(404, f"model not found: {requested!r}")
         if len(found) > 1:
@@ -99,26 +114,6 @@ class Resolver:
         if adapter and adapter not in adapter_names(model):
             raise ProxyError(404, f"model not found: {requested!r} (no adapter {adapter!r})")
         return Target(model["metadata"]["namespace"], name, adapter, model, adapter or name)
-
-    def list_models(self, features: list[str], selectors: list[Requirement]) -> list[dict[str, Any]]:
-        """``/v1/models`` entries: Models having any of ``features``, then one entry per adapter."""
-        models = self._visible(self.models.list(), selectors)
-        counts: dict[str, int] = {}
-        for m in models:
-            counts[m["metadata"]["name"]] = counts.get(m["metadata"]["name"], 0) + 1
-        out: list[dict[str, Any]] = []
-        for m in sorted(models, key=lambda m: (m["metadata"]["name"], m["metadata"]["namespace"])):
-            spec = m.get("spec") or {}
-            has = [f for f in spec.get("features") or () if f in features]
-            if not has:
-                continue
-            meta = m["metadata"]
-            base = meta["name"] if counts[meta["name"]] == 1 else f"{meta['namespace']}/{meta['name']}"
-            entry = {"object": "model", "created": _unix(meta.get("creationTimestamp")), "owned_by": spec.get("owner") or "",
-                     "features": list(spec.get("features") or ())}
-            out.append({"id": base, **entry})
-            out += [{"id": f"{base}_{a}", **entry} for a in adapter_names(m)]
-        return out
 
 
 def adapter_names(model: Mapping[str, Any]) -> list[str]:
@@ -137,7 +132,7 @@ def request_timeout(model: Mapping[str, Any], default: float | None) -> float | 
     return default or None
 
 
-def _unix(ts: str | None) -> int:
+def unix_time(ts: str | None) -> int:
     if not ts:
         return 0
     return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp())

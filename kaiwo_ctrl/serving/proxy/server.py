@@ -22,6 +22,7 @@ from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.cache.informerapi import Backoff
 from kaiwo_ctrl.runtime.net.http1server import HeadGate, Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.serving.proxy.auth import AuthConfig, Authorizer
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteFence, RouteKeyError
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
@@ -44,15 +45,23 @@ def parse_bind(addr: str | None) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
-def _serve(handler: ProxyHandler, request: Request, namespace: str | None, model: str | None, rest: str) -> Awaitable[Response | Streamed] | Response:
+async def _serve(handler: ProxyHandler, request: Request, namespace: str | None, model: str | None, rest: str) -> Response | Streamed:
+    caller = None
+    if handler.auth is not None:
+        # the caller check needs only the head (serving/proxy/auth.py): nothing below runs for a refused caller
+        decision = await handler.auth.authorize(request.method, request.path, request.headers)
+        if decision.status != 200:
+            handler.metrics.auth_refused.labels(str(decision.status)).inc()
+            return error_response(decision.status, decision.message)
+        caller = decision.caller
     if rest == "models":
         if request.method != "GET":
             return Response(405, [_TEXT, (b"Allow", b"GET")], b"405: Method Not Allowed")
-        return handler.models(request, namespace, model)
+        return await handler.models(request, namespace, model, caller)
     if rest in ROUTES:
         if request.method != "POST":
             return Response(405, [_TEXT, (b"Allow", b"POST")], b"405: Method Not Allowed")
-        return handler.proxy(request, rest, namespace, model)
+        return await handler.proxy(request, rest, namespace, model, caller)
     return Response(404, [_TEXT], b"404: Not Found")
 
 
@@ -74,8 +83,7 @@ def route(handler: ProxyHandler):
             if len(parts) != 5 or parts[3] != "v1" or not parts[1] or not parts[2]:
                 return Response(404, [_TEXT], b"404: Not Found")
             namespace, model, rest = parts[1], parts[2], parts[4]
-        out = _serve(handler, request, namespace, model, rest)
-        return out if isinstance(out, Response) else await out
+        return await _serve(handler, request, namespace, model, rest)
 
     return dispatch
 
@@ -118,8 +126,8 @@ def gateway_route(handler: ProxyHandler, fence: RouteFence):
         if parts is None:
             refused.inc()
             return error_response(404, "not found")
-        out = _serve(handler, request, parts[1], parts[2], parts[4])
-        return out if isinstance(out, Response) else await out
+        # the route token first (no API call), then the caller's bearer token as on the in-cluster listener
+        return await _serve(handler, request, parts[1], parts[2], parts[4])
 
     return dispatch
 
@@ -190,10 +198,12 @@ class ProxyServer:
 
 def setup_proxy(
     mgr: Manager, bind: str, *, default_timeout: float | None = None, scale_from_zero: bool = True, limits: ProxyLimits | None = None,
-    gateway_bind: str | None = None, operator_ns: str | None = None,
+    gateway_bind: str | None = None, operator_ns: str | None = None, auth: AuthConfig | None,
 ) -> ProxyServer | None:
     """The proxy on ``bind`` (and the Gateway listener on ``gateway_bind``, its route key read from or
-    made in ``operator_ns``); ``limits`` (default: :class:`ProxyLimits` with ``default_timeout``) bound its requests."""
+    made in ``operator_ns``); ``limits`` (default: :class:`ProxyLimits` with ``default_timeout``) bound its requests.
+    ``auth``: the caller checks of ``--proxy-auth kubernetes``; None (``--proxy-auth none``) serves every caller,
+    so it must be said by the caller (no default)."""
     addr = parse_bind(bind)
     if addr is None:
         return None
@@ -205,6 +215,12 @@ def setup_proxy(
     resolver = Resolver(mgr.cache.informer(MODELS))
     metrics = ProxyMetrics(mgr.metrics.registry)
     scaler = ScaleFromZero(mgr.client) if scale_from_zero else None
-    handler = ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits)
+    authorizer = None
+    if auth is not None:
+        authorizer = Authorizer(mgr.client, auth, on_review=lambda kind, outcome: metrics.auth_reviews.labels(kind, outcome).inc())
+    else:
+        log.warning("proxy authentication is off (--proxy-auth none): any client that reaches the proxy may list, "
+                    "call and scale up every namespace's Models; use it only for a single-tenant install")
+    handler = ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits, auth=authorizer)
     fence = RouteFence(mgr.cache, mgr.client, operator_ns or "") if gw_addr is not None else None
     return ProxyServer(handler, addr, gateway_bind=gw_addr, route_fence=fence)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +24,10 @@ METRICS = ("gpu_gfx_activity", "DCGM_FI_DEV_GPU_UTIL")
 NAMESPACE_LABELS = ("namespace", "exported_namespace", "pod_namespace", "k8s_namespace_name")
 POD_LABELS = ("pod", "exported_pod", "pod_name", "k8s_pod_name")
 GPU_LABELS = ("gpu_id", "gpu", "GPU_I_ID", "UUID")
+#: GPUs reclaimed for a waiting workload count as on their way to it this long after the reclaim
+#: (the scheduler or Kueue needs the time to place it). Upstream counts them only while the
+#: deletion is in flight, so a workload still pending at the next pass costs another victim.
+SETTLE = timedelta(minutes=5)
 #: at most this many samples are read from one scrape (a cluster's GPUs are far fewer)
 MAX_SAMPLES = 100_000
 
@@ -142,6 +146,7 @@ class Candidate:
     idle_since: datetime | None = None
     evidence: bool = False
     preempted_for: str = ""
+    preempted_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -155,12 +160,19 @@ def _reclaimable(c: Candidate, now: datetime) -> bool:
     return c.phase == IDLE and c.evidence and c.idle_since is not None and now - c.idle_since >= c.settings.grace_period
 
 
+def _freeing_for(c: Candidate, pending: str, now: datetime) -> bool:
+    if c.preempted_for != pending:
+        return False
+    return c.phase == PREEMPTING or (c.phase == PREEMPTED and c.preempted_at is not None and now - c.preempted_at < SETTLE)
+
+
 def choose(candidates: Sequence[Candidate], now: datetime) -> list[Victim]:
     """What to reclaim now.
 
     * ``Always``: every workload idle past its grace period (with fresh samples).
     * ``OnPressure``: for each GPU resource name, pending workloads oldest first; each one's
-      demand, less what is already being freed for it (Preempting with preemptedFor) and what
+      demand, less what is being or was just freed for it (Preempting, or Preempted within
+      ``SETTLE``, with preemptedFor naming it) and what
       the Always victims and unassigned Preempting workloads free, is covered by idle workloads
       oldest-idle first, only as many as needed, and only when they cover all of it.
     """
@@ -178,7 +190,7 @@ def choose(candidates: Sequence[Candidate], now: datetime) -> list[Victim]:
             key=lambda c: (c.idle_since, c.name),
         )
         for p in pending:
-            demand = p.gpus[res] - sum(c.gpus.get(res, 0) for c in candidates if c.phase == PREEMPTING and c.preempted_for == p.name)
+            demand = p.gpus[res] - sum(c.gpus.get(res, 0) for c in candidates if _freeing_for(c, p.name, now))
             used = min(freed, max(demand, 0))
             freed, demand = freed - used, demand - used
             if demand <= 0:

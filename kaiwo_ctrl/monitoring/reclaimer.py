@@ -58,6 +58,10 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _time(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
 def trim_pod(obj: dict) -> dict:
     """Cached Pods: identity and owners; spec and status only for Pods that ask for GPUs."""
     meta = obj.get("metadata") or {}
@@ -135,21 +139,22 @@ class Reclaimer:
             obj.setdefault("kind", kind)
         return obj
 
-    async def _root(self, obj: Mapping[str, Any], budget: list[int]) -> owners.RootOwner | None:
-        uid = (obj.get("metadata") or {}).get("uid") or ""
+    async def _root(self, obj: Mapping[str, Any] | None, budget: list[int], uid: str = "") -> owners.RootOwner | None:
+        """The root of ``obj`` (memoised under ``uid``, by default its own), within the pass's budget."""
+        uid = uid or str(((obj or {}).get("metadata") or {}).get("uid") or "")
         if uid in self.roots:
             return self.roots[uid]
-        if budget[0] <= 0:
+        if budget[0] <= 0 or obj is None:
             return None
         budget[0] -= 1
         try:
             root = await owners.resolve_root(obj, self._lookup)
         except owners.OwnerUnresolvable as e:
-            log.info("gpu reclaim: pod not tracked", extra={"object": (obj.get("metadata") or {}).get("name"), "reason": str(e)[:200]})
+            log.info("gpu reclaim: not tracked", extra={"object": ((obj.get("metadata") or {}).get("name")), "reason": str(e)[:200]})
             root = None
         except ApiError as e:
             log.warning("gpu reclaim: owner lookup failed", extra={"code": e.status})
-            return None
+            return None  # tried again next pass
         if root is not None:  # keep only what discovery reads of the root: its opt-in annotations
             ann = owners.merge_annotations(PREFIX, (root.obj.get("metadata") or {}).get("annotations"))
             root = dataclasses.replace(root, obj={"metadata": {"annotations": ann}})
@@ -176,14 +181,11 @@ class Reclaimer:
                 continue
             live.add(uid)
             if uid not in self.roots and budget[0] > 0:
-                budget[0] -= 1
+                # the object Kueue admits (a Job Kueue holds suspended has no Pods yet): its template's GPUs
                 first = await self._lookup(str(ref.get("apiVersion")), str(ref.get("kind")), wl["metadata"].get("namespace") or "", str(ref.get("name")))
-                try:
-                    self.roots[uid] = (await owners.resolve_root(first, self._lookup)) if first is not None else None
-                except owners.OwnerUnresolvable:
-                    self.roots[uid] = None
                 if first is not None:
                     self.demand[uid] = owners.template_gpus(first)
+                await self._root(first, budget, uid)
             root = self.roots.get(uid)
             if root is not None:
                 roots.setdefault(root.uid, root)
@@ -292,7 +294,9 @@ class Reclaimer:
         name = f"{ns}/{meta.get('name')}"
         if phase in (PREEMPTED, "Deleted"):
             await self._expire(record, settings, now)
-            return None
+            at = status.get("preemptedAt")
+            return Candidate(name, phase, gpus, settings, preempted_for=status.get("preemptedFor") or "",
+                             preempted_at=_time(at) if at else None)
         if phase == PREEMPTING:
             await self._finish(record, now)
             return Candidate(name, PREEMPTING, gpus, settings, preempted_for=status.get("preemptedFor") or "")
@@ -314,13 +318,13 @@ class Reclaimer:
                 self.recorder.event(record, type_, reason, message)
         idle = new.get("idleSince")
         return Candidate(name, new.get("phase") or "", gpus, settings, created=meta.get("creationTimestamp") or "",
-                         idle_since=datetime.fromisoformat(idle.replace("Z", "+00:00")) if idle else None, evidence=evidence)
+                         idle_since=_time(idle) if idle else None, evidence=evidence)
 
     async def _expire(self, record: Mapping[str, Any], settings: Any, now: datetime) -> None:
         finished = (record.get("status") or {}).get("finishedAt")
         if not finished or settings.ttl.total_seconds() == 0 or self.writes_left <= 0:
             return  # a TTL of 0 keeps the record forever
-        if now - datetime.fromisoformat(finished.replace("Z", "+00:00")) < settings.ttl:
+        if now - _time(finished) < settings.ttl:
             return
         meta = record.get("metadata") or {}
         self.writes_left -= 1

@@ -220,6 +220,8 @@ CHOICES = [
     ("without fresh samples: not reclaimable", [cand("p", "PendingGpu", 4), cand("a", "Idle", 4, idle_min=90, evidence=False)], []),
     ("an active workload is never taken", [cand("p", "PendingGpu", 4), cand("a", "Active", 4)], []),
     ("already being freed for it: nothing more", [cand("p", "PendingGpu", 4), cand("f", "Preempting", 4, preempted_for="p"), cand("a", "Idle", 4, idle_min=90)], []),
+    ("just reclaimed for it: nothing more while it settles", [cand("p", "PendingGpu", 4), Candidate("f", "Preempted", {"amd.com/gpu": 4}, SETTINGS, preempted_for="p", preempted_at=NOW - timedelta(minutes=1)), cand("a", "Idle", 4, idle_min=90)], []),
+    ("reclaimed for it long ago: its GPUs went elsewhere", [cand("p", "PendingGpu", 4), Candidate("f", "Preempted", {"amd.com/gpu": 4}, SETTINGS, preempted_for="p", preempted_at=NOW - timedelta(minutes=30)), cand("a", "Idle", 4, idle_min=90)], [("a", "p")]),
     ("oldest pending served first, victims not shared", [cand("p2", "PendingGpu", 4, created="2026-02"), cand("p1", "PendingGpu", 4, created="2026-01"), cand("a", "Idle", 4, idle_min=90)], [("a", "p1")]),
     ("Always: idle past the grace period, no demand needed", [cand("a", "Idle", 4, idle_min=11, policy="Always"), cand("b", "Idle", 4, idle_min=9, policy="Always")], [("a", "")]),
     ("Always victims count toward the demand", [cand("p", "PendingGpu", 4), cand("al", "Idle", 4, idle_min=30, policy="Always"), cand("on", "Idle", 4, idle_min=90)], [("al", "")]),

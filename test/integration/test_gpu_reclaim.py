@@ -122,9 +122,9 @@ async def test_always_reclaims_idle_after_grace_and_record_goes_after_ttl(reclai
     done = await wait_phase(admin, namespace, idle, "Preempted")
     assert "Always" in done["status"]["preemptionReason"] and done["status"]["finishedAt"]
     await eventually(lambda: not job_exists(admin, namespace, "idle"), what="idle Job deleted")
-    reasons = {e["reason"] for e in events_for(admin, namespace, done["metadata"]["name"])}
-    assert {"Tracking", "WorkloadIdle", "PreemptionStarted", "WorkloadPreempted"} <= reasons
-    assert "GpuReclaimed" in {e["reason"] for e in events_for(admin, namespace, "idle")}
+    await eventually(lambda: {"Tracking", "WorkloadIdle", "PreemptionStarted", "WorkloadPreempted"}
+                     <= {e["reason"] for e in events_for(admin, namespace, done["metadata"]["name"])}, what="the record's events")
+    await eventually(lambda: "GpuReclaimed" in {e["reason"] for e in events_for(admin, namespace, "idle")}, what="event on the Job")
 
     # the active one is kept, the unannotated one is not tracked
     assert (await wait_phase(admin, namespace, busy, "Active"))["status"]["aggregatedUtilization"] == 80.0
@@ -193,3 +193,58 @@ def test_migrated_kaiwo_config_gpu_preemption_reads_back_unchanged(admin):
     finally:
         restore = {**{k: None for k in upstream if k not in before}, **before}
         assert admin.patch(CONFIG_URL, json={"spec": {"gpuPreemption": restore}}, headers=MERGE).status_code == 200
+
+
+def create(admin, path: str, body: dict) -> dict:
+    r = admin.post(path, json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def owned(owner: dict) -> list[dict]:
+    m = owner["metadata"]
+    return [{"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": m["name"], "uid": m["uid"], "controller": True}]
+
+
+TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [gpu_container()]}}
+
+
+async def test_deployment_rayjob_and_bare_pod_owners_are_discovered_and_deletion_seen(reclaimer, admin, namespace, exporter):
+    admin.patch(f"/api/v1/namespaces/{namespace}", json={"metadata": {"annotations": {PREFIX + "enabled": "true"}}}, headers=MERGE)
+    dep = create(admin, f"/apis/apps/v1/namespaces/{namespace}/deployments", {
+        "metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
+    rs = create(admin, f"/apis/apps/v1/namespaces/{namespace}/replicasets", {
+        "metadata": {"name": "web-abc", "ownerReferences": owned(dep)},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
+    make_pod(admin, namespace, rs, "web-abc-0")
+    rayjob = create(admin, f"/apis/ray.io/v1/namespaces/{namespace}/rayjobs", {
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj"}, "spec": {"entrypoint": "python x.py"}})
+    cluster = create(admin, f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters", {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rj-cluster", "ownerReferences": owned(rayjob)},
+        "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [gpu_container()]}}}}})
+    make_pod(admin, namespace, cluster, "rj-head")
+    bare = create(admin, f"/api/v1/namespaces/{namespace}/pods", {"metadata": {"name": "bare"}, "spec": {"containers": [gpu_container(2)]}})
+    for pod in ("web-abc-0", "rj-head"):
+        exporter.set(namespace, pod, 50.0)
+
+    async def record_named(kind: str, name: str, uid: str) -> dict:
+        url = f"{GW.format(ns=namespace)}/{owners.record_name(kind, name, uid)}"
+        return await eventually(lambda: (get(admin, url) or {}).get("status", {}).get("phase") and get(admin, url), what=f"record of {kind}/{name}")
+
+    web = await record_named("Deployment", "web", dep["metadata"]["uid"])
+    assert web["status"]["ownerChain"] == "Pod/web-abc-0 -> ReplicaSet/web-abc -> Deployment/web"
+    assert web["spec"]["workloadRef"]["apiVersion"] == "apps/v1"
+    ray = await record_named("RayJob", "rj", rayjob["metadata"]["uid"])
+    assert ray["status"]["ownerChain"] == "Pod/rj-head -> RayCluster/rj-cluster -> RayJob/rj"
+    lone = await record_named("Pod", "bare", bare["metadata"]["uid"])
+    assert lone["spec"]["gpuResources"] == {"amd.com/gpu": 2} and lone["status"]["phase"] == "PendingOther"
+
+    # the Deployment goes away on its own (no garbage collector here: its children too)
+    for path in (f"/api/v1/namespaces/{namespace}/pods/web-abc-0", f"/apis/apps/v1/namespaces/{namespace}/replicasets/web-abc",
+                 f"/apis/apps/v1/namespaces/{namespace}/deployments/web"):
+        assert admin.delete(path).status_code == 200
+    url = f"{GW.format(ns=namespace)}/{web['metadata']['name']}"
+    gone = await eventually(lambda: (get(admin, url) or {}).get("status", {}).get("phase") == "Deleted" and get(admin, url), what="Deleted")
+    assert gone["status"]["finishedAt"] and "trackedPods" not in gone["status"]
+    await eventually(lambda: "WorkloadDeleted" in {e["reason"] for e in events_for(admin, namespace, web["metadata"]["name"])},
+                     what="WorkloadDeleted event")

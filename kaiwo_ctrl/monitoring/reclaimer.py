@@ -338,13 +338,33 @@ class Reclaimer:
     async def _reclaim(self, victim: Any, now: datetime) -> None:
         ns, _, name = victim.name.partition("/")
         record = self._record(ns, name)
-        if record is None:
+        if record is None or not await self._still_opted_in(record):
             return
         written = await self._write_status(record, preempting_status(record, victim.reason, victim.preempted_for, now))
         if written is None:
             return
         self.recorder.event(written, "Warning", "PreemptionStarted", f"Reclaiming idle GPUs: {victim.reason}")
         await self._finish(written, now)
+
+    async def _still_opted_in(self, record: Mapping[str, Any]) -> bool:
+        """Check with the API server before deleting: the owner (this UID) or its namespace must
+        opt in now. A record anyone with create rights wrote, or one whose owner has since opted
+        out, deletes nothing: the record is removed instead (tracking ends)."""
+        meta, ref = record.get("metadata") or {}, (record.get("spec") or {}).get("workloadRef") or {}
+        ns = str(meta.get("namespace") or "")
+        key = (owners.group_of(str(ref.get("apiVersion") or "")), str(ref.get("kind") or ""))
+        owner = await self._lookup(str(ref.get("apiVersion")), key[1], ns, str(ref.get("name") or "")) if key in OWNER_RESOURCES else None
+        if owner is not None and ((owner.get("metadata") or {}).get("uid") or "") == ref.get("uid"):
+            ann = owners.merge_annotations(PREFIX, await self._namespace_annotations(ns, {}), (owner.get("metadata") or {}).get("annotations"))
+            if opted_in(ann):
+                return True
+        log.info("gpu reclaim: owner not opted in (or gone): record removed, nothing deleted", extra={"record": f"{ns}/{meta.get('name')}"})
+        try:
+            await self.mgr.client.delete(GPUWORKLOADS, str(meta.get("name")), ns, uid=meta.get("uid"))
+        except ApiError as e:
+            if not (e.not_found or e.conflict):
+                raise
+        return False
 
     async def _finish(self, record: Mapping[str, Any], now: datetime) -> None:
         """Delete the root owner (only the object tracked: UID precondition), then Preempted."""

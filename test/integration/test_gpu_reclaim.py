@@ -248,3 +248,31 @@ async def test_deployment_rayjob_and_bare_pod_owners_are_discovered_and_deletion
     assert gone["status"]["finishedAt"] and "trackedPods" not in gone["status"]
     await eventually(lambda: "WorkloadDeleted" in {e["reason"] for e in events_for(admin, namespace, web["metadata"]["name"])},
                      what="WorkloadDeleted event")
+
+
+async def test_a_hand_written_record_or_an_opted_out_owner_deletes_nothing(reclaimer, admin, namespace, exporter):
+    """Attack: someone who may create GpuWorkloads (not the owner's author) writes a record with
+    policy Always for a Job that never opted in, hoping the operator deletes it; or an owner opts
+    out after its record was made. The operator checks the owner's annotations with the API
+    server before deleting: the Job stays, the record is removed."""
+    victim = make_job(admin, namespace, "victim", {})
+    make_pod(admin, namespace, victim, "victim-0")
+    exporter.set(namespace, "victim-0", 0.0)
+    forged = create(admin, GW.format(ns=namespace), {
+        "apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "GpuWorkload", "metadata": {"name": "forged"},
+        "spec": {"workloadRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "victim", "uid": victim["metadata"]["uid"]},
+                 "gpuResources": {"amd.com/gpu": 1}, "preemptionPolicy": "Always", "gracePeriod": "0s"}})
+    leaver = make_job(admin, namespace, "leaver", {"policy": "Always", "grace-period": "4s"})
+    make_pod(admin, namespace, leaver, "leaver-0")
+    exporter.set(namespace, "leaver-0", 0.0)
+    await wait_phase(admin, namespace, leaver, "Idle")
+    r = admin.patch(f"/apis/batch/v1/namespaces/{namespace}/jobs/leaver",
+                    json={"metadata": {"annotations": {PREFIX + "enabled": "false"}}}, headers=MERGE)
+    assert r.status_code == 200, r.text
+
+    await eventually(lambda: get(admin, f"{GW.format(ns=namespace)}/forged") is None, what="the forged record removed")
+    await eventually(lambda: record_of(admin, namespace, leaver) is None, what="the opted-out record removed")
+    assert forged["metadata"]["uid"]
+    start = reclaimer.passes
+    await eventually(lambda: reclaimer.passes >= start + 5, what="five passes")
+    assert job_exists(admin, namespace, "victim") and job_exists(admin, namespace, "leaver")

@@ -30,6 +30,8 @@ OWNER_KINDS: frozenset[tuple[str, str]] = frozenset({
 #: Device-plugin resource names counted as GPUs (AMD incl. partitions, NVIDIA incl. MIG).
 GPU_RESOURCE_PREFIXES = ("amd.com/", "nvidia.com/")
 MAX_OWNER_DEPTH = 10
+#: the opt-in annotations (kaiwo.silogen.ai/gpu-preemption.*)
+ANNOTATION_PREFIX = "kaiwo.silogen.ai/gpu-preemption."
 NAME_MAX = 253
 
 #: ``await lookup(api_version, kind, namespace, name)`` -> the object, or None when it does not exist.
@@ -169,7 +171,27 @@ def merge_annotations(prefix: str, *layers: Mapping[str, str] | None) -> dict[st
     return merged
 
 
+def trim_gpu_pod(obj: dict) -> dict:
+    """Cached Pods: identity and owners; spec and status only for Pods that ask for GPUs."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    gpus = pod_gpus(spec)
+    keep = ("name", "namespace", "uid", "resourceVersion") + (("ownerReferences", "deletionTimestamp") if gpus else ())
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {k: meta[k] for k in keep if k in meta}}
+    if gpus:
+        ann = merge_annotations(ANNOTATION_PREFIX, meta.get("annotations"))  # a bare Pod is its own root
+        if ann:
+            out["metadata"]["annotations"] = ann
+        status = obj.get("status") or {}
+        conds = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
+        out["spec"] = {"containers": [{"name": "gpus", "resources": {"limits": {k: str(v) for k, v in gpus.items()}}}]}
+        out["status"] = {"phase": status.get("phase"), "conditions": conds}
+    return out
+
+
+
 __all__ = [
+    "trim_gpu_pod",
     "GPU_RESOURCE_PREFIXES",
     "OWNER_KINDS",
     "Lookup",

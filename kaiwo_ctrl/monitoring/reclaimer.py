@@ -21,8 +21,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
+from api.kaiwo.gpuworkload import PHASES
 from kaiwo_ctrl.kinds import APPWRAPPERS, GPUWORKLOADS, KAIWOJOBS, KAIWOSERVICES, RAYCLUSTERS, RAYJOBS, RAYSERVICES, WORKLOADS
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
 from kaiwo_ctrl.runtime.api.resources import DEPLOYMENTS, JOBS, NAMESPACES, PODS, REPLICASETS, STATEFULSETS
@@ -62,31 +64,13 @@ def _time(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-def trim_pod(obj: dict) -> dict:
-    """Cached Pods: identity and owners; spec and status only for Pods that ask for GPUs."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    gpus = owners.pod_gpus(spec)
-    keep = ("name", "namespace", "uid", "resourceVersion") + (("ownerReferences", "deletionTimestamp") if gpus else ())
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {k: meta[k] for k in keep if k in meta}}
-    if gpus:
-        ann = owners.merge_annotations(PREFIX, meta.get("annotations"))  # a bare Pod is its own root
-        if ann:
-            out["metadata"]["annotations"] = ann
-        status = obj.get("status") or {}
-        conds = [c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"]
-        out["spec"] = {"containers": [{"name": "gpus", "resources": {"limits": {k: str(v) for k, v in gpus.items()}}}]}
-        out["status"] = {"phase": status.get("phase"), "conditions": conds}
-    return out
-
-
 class Reclaimer:
     """One observe-decide-apply pass per interval, on the leader only."""
 
     def __init__(self, mgr: Manager, env: ReclaimEnv, *, clock: Callable[[], datetime] = _utcnow) -> None:
         self.mgr, self.env, self.clock = mgr, env, clock
         self.settings = settings_for(mgr)
-        self.pods = mgr.cache.informer(PODS, transform=trim_pod)
+        self.pods = mgr.cache.informer(PODS, transform=owners.trim_gpu_pod)
         self.records = mgr.cache.informer(GPUWORKLOADS)
         self.kueue = mgr.cache.informer(WORKLOADS)
         self.recorder = mgr.recorder.for_component(COMPONENT)
@@ -98,6 +82,8 @@ class Reclaimer:
         self.passes = 0
         self.writes = 0
         self.last_error: str | None = None
+        self.reclaims = Counter("kaiwo_gpu_reclaims", "Workloads deleted by idle-GPU reclaim", ["namespace"], registry=mgr.metrics.registry)
+        self.phases = Gauge("kaiwo_gpuworkloads", "GpuWorkload records by phase at the last reclaim pass", ["phase"], registry=mgr.metrics.registry)
 
     async def run(self) -> None:
         async with Fetcher() as http:
@@ -236,6 +222,9 @@ class Reclaimer:
             c = await self._observe(current, settings, pods, wls, samples, now)
             if c is not None:
                 candidates.append(c)
+        self.phases.clear()
+        for phase in PHASES:
+            self.phases.labels(phase).set(sum(1 for c in candidates if c.phase == phase))
         if samples is None:
             return  # no fresh evidence: reclaim nothing this pass
         for victim in choose(candidates, now):
@@ -383,6 +372,7 @@ class Reclaimer:
         if written is None:
             return
         if phase == PREEMPTED:
+            self.reclaims.labels(str(ns or "")).inc()
             reason = (record.get("status") or {}).get("preemptionReason") or ""
             self.recorder.event(written, "Warning", "WorkloadPreempted", f"{ref.get('kind')}/{ref.get('name')} was deleted to free its GPUs: {reason}")
             owner = {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"), "metadata": {"name": ref.get("name"), "namespace": ns, "uid": ref.get("uid")}}

@@ -18,7 +18,9 @@ from typing import Any
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.net.fetch import split_url
 
-PREFIX = "kaiwo.silogen.ai/gpu-preemption."
+from .owners import ANNOTATION_PREFIX
+
+PREFIX = ANNOTATION_PREFIX  # one home: owners.py
 ANN_ENABLED = PREFIX + "enabled"
 #: annotation suffix -> GpuWorkload spec field
 ANNOTATION_FIELDS = {

@@ -276,3 +276,19 @@ async def test_a_hand_written_record_or_an_opted_out_owner_deletes_nothing(recla
     start = reclaimer.passes
     await eventually(lambda: reclaimer.passes >= start + 5, what="five passes")
     assert job_exists(admin, namespace, "victim") and job_exists(admin, namespace, "leaver")
+
+
+async def test_a_steady_world_writes_nothing(reclaimer, admin, namespace, exporter):
+    steady = make_job(admin, namespace, "steady", {"enabled": "true"})
+    make_pod(admin, namespace, steady, "steady-0")
+    exporter.set(namespace, "steady-0", 60.0)
+    await wait_phase(admin, namespace, steady, "Active")
+    exporter.set(namespace, "steady-0", 60.4)  # moves less than a point: no rewrite
+    start = reclaimer.passes
+    await eventually(lambda: reclaimer.passes >= start + 2, what="two passes")
+    writes, start = reclaimer.writes, reclaimer.passes
+    await eventually(lambda: reclaimer.passes >= start + 10, what="ten passes")
+    assert reclaimer.writes == writes
+    exporter.set(namespace, "steady-0", 2.0)
+    await wait_phase(admin, namespace, steady, "Idle")
+    assert reclaimer.writes > writes

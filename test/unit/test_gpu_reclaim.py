@@ -310,3 +310,19 @@ def test_status_idle_since_kept_and_writes_only_on_change():
     assert second == first and events2 == []
     active, events3, _ = desired_status(record(first), Observation(pods=[pod("a")], scrape_ok=True, samples={"a": {"0": 60.0}}), SETTINGS, later)
     assert active["phase"] == "Active" and "idleSince" not in active and [e[1] for e in events3] == ["WorkloadActive"]
+
+
+def test_trim_gpu_pod_keeps_only_what_reclaim_reads():
+    plain = {"metadata": {"name": "web", "namespace": "team", "uid": "u1", "resourceVersion": "7", "labels": {"a": "b"},
+                          "annotations": {"secret-ish": "x"}, "ownerReferences": [{"uid": "o"}]},
+             "spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}, "env": [{"name": "TOKEN", "value": "t"}]}]}}
+    assert owners.trim_gpu_pod(plain) == {"apiVersion": "v1", "kind": "Pod",
+                                          "metadata": {"name": "web", "namespace": "team", "uid": "u1", "resourceVersion": "7"}}
+    gpu = {"metadata": {"name": "train", "namespace": "team", "uid": "u2", "ownerReferences": [{"uid": "o"}],
+                        "annotations": {"kaiwo.silogen.ai/gpu-preemption.policy": "Always", "other": "x"}},
+           "spec": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2"}}, "env": [{"name": "TOKEN", "value": "t"}]}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}, {"type": "Ready", "status": "False"}]}}
+    out = owners.trim_gpu_pod(gpu)
+    assert out["metadata"]["annotations"] == {"kaiwo.silogen.ai/gpu-preemption.policy": "Always"}
+    assert owners.pod_gpus(out["spec"]) == {"amd.com/gpu": 2} and "TOKEN" not in str(out)
+    assert out["status"] == {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}

@@ -180,7 +180,8 @@ async def test_exporter_outage_reclaims_nothing(reclaimer, admin, namespace, exp
     await wait_phase(admin, namespace, job, "Preempted")
 
 
-def test_migrated_kaiwo_config_gpu_preemption_reads_back_unchanged(admin):
+async def test_migrated_kaiwo_config_gpu_preemption_reads_back_unchanged(admin, client):
+    await ensure_config(client)  # the KaiwoConfig the operator makes at start-up
     upstream = {"defaultThreshold": 10, "defaultGracePeriod": "15m", "defaultPolicy": "OnPressure",
                 "defaultAggregation": "Max", "defaultTTL": "12h"}
     before = admin.get(CONFIG_URL).json()["spec"].get("gpuPreemption") or {}

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.config.v1alpha1 import KAIWO_CONFIG_NAME, AIMNamespaceConfig, KaiwoConfig
+from api.kaiwo.gpuworkload import GpuWorkload
 from api.kaiwo.v1alpha1 import KAIWO_QUEUE_CONFIG_NAME, KaiwoJob, KaiwoQueueConfig, KaiwoService
 from api.kubeai.v1 import MODEL_NAME_MAX, Model
 from api.meta import KubeObject
@@ -143,6 +144,21 @@ KINDS: tuple[KindInfo, ...] = (
             {"name": "Gateway", "type": "string", "jsonPath": ".spec.gateway.name"},
             {"name": "GatewayNamespace", "type": "string", "jsonPath": ".spec.gateway.namespace"},
             {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+            AGE_COLUMN,
+        ),
+    ),
+    KindInfo(
+        model=GpuWorkload,
+        singular="gpuworkload",
+        categories=("kaiwo",),
+        status_subresource=True,
+        # upstream's columns, in upstream's order
+        printer_columns=(
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Utilization", "type": "number", "format": "float", "jsonPath": ".status.aggregatedUtilization"},
+            {"name": "Idle Since", "type": "date", "jsonPath": ".status.idleSince"},
+            {"name": "Owner", "type": "string", "jsonPath": ".spec.workloadRef.kind"},
+            {"name": "OwnerName", "type": "string", "jsonPath": ".spec.workloadRef.name"},
             AGE_COLUMN,
         ),
     ),

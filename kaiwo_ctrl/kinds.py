@@ -8,6 +8,7 @@ kinds are in :mod:`kaiwo_ctrl.runtime.api.resources`.
 from __future__ import annotations
 
 from api.config.v1alpha1 import AIMNamespaceConfig, KaiwoConfig
+from api.kaiwo.gpuworkload import GpuWorkload
 from api.kaiwo.v1alpha1 import KaiwoJob, KaiwoQueueConfig, KaiwoService
 from api.kubeai.v1 import Model
 from kaiwo_ctrl.runtime.api.client import Resource
@@ -23,6 +24,7 @@ KAIWOQUEUECONFIGS = _of(KaiwoQueueConfig)
 KAIWOCONFIGS = _of(KaiwoConfig)
 AIMNAMESPACECONFIGS = _of(AIMNamespaceConfig)
 MODELS = _of(Model)
+GPUWORKLOADS = _of(GpuWorkload)
 
 KUEUE = "kueue.x-k8s.io"
 RESOURCEFLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
@@ -34,6 +36,7 @@ WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload")
 
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 RAYSERVICES = Resource("ray.io", "v1", "rayservices", "RayService")
+RAYCLUSTERS = Resource("ray.io", "v1", "rayclusters", "RayCluster")
 APPWRAPPERS = Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper")
 
 #: Gateway API Inference Extension (one pool per Model, opt-in).

@@ -40,6 +40,10 @@ async def build_operator(
     from kaiwo_ctrl.monitoring import setup as monitoring_setup
 
     monitoring_setup(mgr)  # no-op unless RESOURCE_MONITORING_ENABLED=true; bad env fails start-up
+    from kaiwo_ctrl.monitoring import read_reclaim_env
+    from kaiwo_ctrl.monitoring.reclaimer import setup as reclaim_setup
+
+    reclaim_setup(mgr, read_reclaim_env())  # no-op unless GPU_PREEMPTION_ENABLED=true; bad env fails start-up
     from kaiwo_ctrl.monitoring.state import setup as state_metrics_setup
 
     state_metrics_setup(mgr)  # kaiwo_workloads, kaiwo_model_replicas, ... read from the caches at scrape time

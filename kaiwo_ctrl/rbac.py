@@ -76,13 +76,15 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "patch"),
         "nodes.py node_informer (list/watch); queues/controller.py node label/taint patches and the re-read after a conflict (get)",
     ),
-    Rule("", "namespaces", ("list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync); "
-         "aim/fence.py RouteFence and aim/controller.py: the namespace UIDs route tokens bind"),
+    Rule("", "namespaces", ("get", "list", "watch"), "queues/controller.py: Namespace informer (a LocalQueue is created only in a namespace that exists; a new namespace triggers the sync); "
+         "aim/fence.py RouteFence and aim/controller.py: the namespace UIDs route tokens bind; "
+         "monitoring/reclaimer.py: a namespace's gpu-preemption annotations (get, when a GPU workload is first seen)"),
     Rule(
         "",
         "pods",
-        ("list", "watch", "create", "patch", "delete"),
+        ("get", "list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
+        "monitoring/reclaimer.py: GPU Pod informer, a bare GPU Pod as its own root owner (get, delete on reclaim); "
         "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
         "serving/adapters.py: adapter.kubeai.org/<name> labels (patch)",
     ),
@@ -119,16 +121,20 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(
         "apps",
         "deployments",
-        ("list", "watch", "create", "patch", "delete"),
-        "workloads/reconcile/children.py: KaiwoService Deployments (informer, create, merge patch, deleted on early termination)",
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "workloads/reconcile/children.py: KaiwoService Deployments (informer, create, merge patch, deleted on early termination); "
+        "monitoring/reclaimer.py: owner chain of a GPU Pod (get) and reclaim (delete)",
     ),
-    Rule("ray.io", "rayjobs", ("list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoJobs"),
-    Rule("ray.io", "rayservices", ("list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoServices"),
+    Rule("apps", "replicasets", ("get", "delete"), "monitoring/reclaimer.py: owner chain of a GPU Pod (get) and reclaim of a bare ReplicaSet (delete)"),
+    Rule("apps", "statefulsets", ("get", "delete"), "monitoring/reclaimer.py: owner chain of a GPU Pod (get) and reclaim (delete)"),
+    Rule("ray.io", "rayclusters", ("get", "delete"), "monitoring/reclaimer.py: owner chain of a GPU Pod (get) and reclaim of a bare RayCluster (delete)"),
+    Rule("ray.io", "rayjobs", ("get", "list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoJobs; monitoring/reclaimer.py: owner chain (get)"),
+    Rule("ray.io", "rayservices", ("get", "list", "watch", "create", "patch", "delete"), "workloads/reconcile/children.py: Ray KaiwoServices; monitoring/reclaimer.py: owner chain (get)"),
     Rule(
         "workload.codeflare.dev",
         "appwrappers",
-        ("list", "watch", "create", "patch", "delete"),
-        "workloads/reconcile/children.py: AppWrappers around Ray services",
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "workloads/reconcile/children.py: AppWrappers around Ray services; monitoring/reclaimer.py: owner chain (get)",
     ),
     Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/reconcile/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
     Rule(
@@ -173,7 +179,9 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "workloads/base/kaiwoobject.py: children carry a controller owner reference (blockOwnerDeletion) to their KaiwoJob",
         evidence=(("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"), ("kaiwo_ctrl/workloads/base/kaiwoobject.py", "return owner_reference(owner)")),
     ),
-    Rule(KAIWO, "kaiwoservices", ("list", "watch"), "workloads/reconcile/controller.py: KaiwoService informer"),
+    Rule(KAIWO, "kaiwoservices", ("get", "list", "watch", "delete"), "workloads/reconcile/controller.py: KaiwoService informer; monitoring/reclaimer.py: owner chain (get) and reclaim (delete)"),
+    Rule(KAIWO, "gpuworkloads", ("list", "watch", "create", "delete"), "monitoring/reclaimer.py: GpuWorkload informer, a record per opted-in GPU workload, deleted after its TTL"),
+    Rule(KAIWO, "gpuworkloads/status", ("patch",), "monitoring/reclaimer.py: phase, samples, reclaim"),
     Rule(KAIWO, "kaiwoservices/status", ("patch",), "workloads/reconcile/statuswrite.py: status patch (reconcile); monitoring/monitor.py: termination"),
     Rule(
         KAIWO,

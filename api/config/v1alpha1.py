@@ -121,6 +121,28 @@ class KaiwoResourceMonitoringConfig(ApiModel):
     )
 
 
+class KaiwoGpuPreemptionConfig(ApiModel):
+    """Cluster-wide defaults of idle-GPU reclaim (GpuWorkload), tunable without a restart. Each field
+    is optional: unset falls through to the operator's GPU_PREEMPTION_DEFAULT_* environment, then to
+    the built-in default. Enabling, the metrics endpoint and the polling interval are environment only."""
+
+    default_threshold: float | None = field(
+        None, description="Aggregated GPU utilisation (percent) below which a workload is idle (built-in 5).", minimum=0, maximum=100
+    )
+    default_grace_period: str | None = field(
+        None, description="How long a workload must stay idle before it may be reclaimed, e.g. 10m (built-in 10m).", pattern=DURATION_PATTERN
+    )
+    default_policy: Literal["OnPressure", "Always"] | None = field(
+        None, description="OnPressure (reclaim only for a workload waiting for GPUs) or Always (built-in OnPressure)."
+    )
+    default_aggregation: Literal["Min", "Max", "Avg"] | None = field(
+        None, description="How a multi-Pod workload's utilisation is combined: Min, Max or Avg (built-in Max)."
+    )
+    default_ttl: str | None = field(
+        None, alias="defaultTTL", description="How long a Preempted or Deleted GpuWorkload is kept; 0 keeps it forever (built-in 24h).", pattern=DURATION_PATTERN
+    )
+
+
 class KaiwoModelsConfig(ApiModel):
     """How KubeAI Models share the cluster with Kaiwo workloads."""
 
@@ -160,6 +182,10 @@ class KaiwoConfigSpec(ApiModel):
     )
     resource_monitoring: KaiwoResourceMonitoringConfig = field(
         default_factory=KaiwoResourceMonitoringConfig, description="Resource (GPU utilisation) monitoring settings."
+    )
+    gpu_preemption: KaiwoGpuPreemptionConfig = field(
+        default_factory=KaiwoGpuPreemptionConfig,
+        description="Idle-GPU reclaim (GpuWorkload) defaults; workload and namespace annotations override them.",
     )
     default_cluster_queue_name: str = field(
         "kaiwo",

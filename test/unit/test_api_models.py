@@ -133,6 +133,7 @@ def test_empty_kaiwo_config_gets_every_default():
             "terminateUnderutilized": False,
             "terminateUnderutilizedAfter": "24h",
         },
+        "gpuPreemption": {},  # every field optional: unset falls through to the environment
         "defaultClusterQueueName": "kaiwo",
         "defaultClusterQueueCohortName": "kaiwo",
         "dynamicallyUpdateDefaultClusterQueue": False,
@@ -258,7 +259,7 @@ def test_class_metadata_of_every_kind():
         assert obj.to_k8s()["apiVersion"] == f"{m.GROUP}/{m.VERSION}"
         assert obj.to_k8s()["kind"] == m.KIND
         seen.add(m.KIND)
-    assert seen == {"KaiwoJob", "KaiwoService", "KaiwoQueueConfig", "KaiwoConfig", "AIMNamespaceConfig", "Model"}
+    assert seen == {"KaiwoJob", "KaiwoService", "KaiwoQueueConfig", "KaiwoConfig", "AIMNamespaceConfig", "GpuWorkload", "Model"}
     assert registry.by_gvk("kaiwo.silogen.ai", "v1alpha1", "KaiwoJob").model is KaiwoJob
     with pytest.raises(KeyError):
         registry.by_kind("Nope")

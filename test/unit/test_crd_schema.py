@@ -137,7 +137,7 @@ def test_printer_column_paths_exist_in_schema(kind):
             continue
         # a filter such as conditions[?(@.type=="Ready")] selects list items
         node = node_at(s, re.sub(r"\[\?\(.*?\)\]", "[]", col["jsonPath"]))
-        expected = {"string": "string", "date": "string", "integer": "integer"}[col["type"]]
+        expected = {"string": "string", "date": "string", "integer": "integer", "number": "number"}[col["type"]]
         assert node["type"] == expected, col
 
 

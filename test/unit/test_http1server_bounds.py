@@ -280,6 +280,40 @@ async def test_an_awaited_head_gate_stops_parsing_until_its_verdict():
         await server.close(drain_timeout=1)
 
 
+async def test_an_awaited_head_gate_holds_requests_without_a_body_too():
+    """A request with no body ends with its head: it must still wait for the gate's verdict. A GET and a
+    POST with Content-Length 0, pipelined behind an admitted one: the refused ones never reach the
+    handler (an unauthenticated listing must not run while its caller is checked)."""
+    app = Echo()
+    verdicts: list[asyncio.Future] = []
+
+    def gate(request: Request):
+        verdicts.append(fut := asyncio.get_running_loop().create_future())
+        return fut
+
+    server = Server(app, head_gate=gate)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        r, w = await connect(port)
+        w.write(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n" + post(b"", b"Connection: close"))
+        await eventually(lambda: len(verdicts) == 1, what="the gate asked about the GET")
+        assert app.handled == [], "the GET waits for its verdict"
+        verdicts[0].set_result(None)
+        await eventually(lambda: len(verdicts) == 2, what="the gate asked about the empty POST")
+        assert app.handled == [b""], "the admitted GET was handled, the POST waits"
+        verdicts[1].set_result(Response(401, TEXT, b"denied"))
+        out = await read_all(r)
+        assert statuses(out) == [200, 401] and out.endswith(b"denied") and app.handled == [b""]
+        r, w = await connect(port)  # refused at once, with nothing after it
+        w.write(b"GET /y HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+        await eventually(lambda: len(verdicts) == 3, what="the gate asked about the lone GET")
+        verdicts[2].set_result(Response(401, TEXT, b"denied"))
+        out = await read_all(r)
+        assert statuses(out) == [401] and app.handled == [b""], "the refused GET never reached the handler"
+    finally:
+        await server.close(drain_timeout=1)
+
+
 async def test_pipelined_requests_parsed_ahead_are_capped():
     app = Echo()
     app.gate.clear()

@@ -23,7 +23,7 @@ log = logging.getLogger("kaiwo_ctrl.runtime.net.http1server")
 class _Conn(Answering, Reader):
     # slots: more than 30 instance attributes would cost every attribute access its specialization
     __slots__ = (
-        "_after", "_body", "_body_start", "_budget_wait", "_chunked", "_count", "_current", "_deadline", "_draining",
+        "_after", "_body", "_body_start", "_bodiless", "_budget_wait", "_chunked", "_count", "_current", "_deadline", "_draining",
         "_expect", "_expecting", "_gating", "_head_end", "_head_limit", "_headers", "_held", "_in_body", "_in_head",
         "_last", "_left", "_length", "_lingering", "_need", "_paused_at", "_peer", "_queue", "_received", "_refusal",
         "_replaying", "_saved", "_serving", "_stopped_at_head", "_stream", "_stream_paused", "_tail", "_task", "_url",
@@ -47,6 +47,8 @@ class _Conn(Answering, Reader):
         self._in_body = False  # between the end of a head and the end of its message
         self._in_head = False  # between the start of a message and the end of its head
         self._replaying = False  # a new parser is brought to the end of the current head: its callbacks are no news
+        # a head whose gate is awaited ended its message (no body): it completes once the gate lets it on
+        self._bodiless = False
         self._left = -1  # Content-Length bytes still to come (-1: chunked, or none)
         self._body: bytes | bytearray = b""
         self._current: Request | None = None  # being parsed
@@ -259,6 +261,9 @@ class _Conn(Answering, Reader):
             self._refuse_with(verdict)
         else:
             self._admit(req)
+            if self._bodiless:  # a request with no body ended with its head, while the gate was awaited
+                self._bodiless = False
+                self.on_message_complete()
             self._unblock()
 
     def _admit(self, req: Request) -> None:
@@ -363,6 +368,9 @@ class _Conn(Answering, Reader):
             self._body = bytearray(have) + body  # several reads: gathered in place, not joined at the end
 
     def on_message_complete(self) -> None:
+        if self._replaying or self._gating is not None:  # a head without a body, its gate's verdict awaited:
+            self._bodiless = True  # the request ends once the gate lets it on (see _gated), never before
+            return
         req = self._current
         assert req is not None
         self._current = None

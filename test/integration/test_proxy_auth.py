@@ -18,6 +18,7 @@ from kaiwo_ctrl.serving.proxy.auth import AuthConfig
 from proxy_support import backends, create_model, server_pod, start_proxy, stop_proxy  # noqa: F401 - fixtures
 from support import eventually
 from support.tokens import bearer, grant_model_user, service_account_token
+from test_proxy_bounds import MIB, answer_of, connect, head
 
 pytestmark = pytest.mark.integration
 
@@ -201,6 +202,31 @@ async def test_one_review_per_question_however_many_ask_at_once(authed, admin, n
     assert sorted(calls) == ["subjectaccessreviews", "tokenreviews"], calls
 
 
+async def test_a_refused_caller_is_answered_from_the_head_and_its_body_never_read(authed, admin, namespace, backends):
+    """The caller check is the in-cluster listener's head gate: a request that declares a 32 MiB body
+    and sends only its head is refused (401 without a token, 404 for a caller not allowed the Model)
+    before any body budget is taken; the backend receives nothing. An allowed caller still gets through."""
+    p = authed
+    create_model(admin, namespace, "auth-head", autoscalingDisabled=True)
+    b = await backends("auth-head")
+    server_pod(admin, namespace, "auth-head", b)
+    await p.wait_endpoints(namespace, "auth-head", 1)
+    token = service_account_token(admin, namespace, "headless")
+    path = f"/{namespace}/auth-head/v1/completions".encode()
+    budget = p.server.servers[0].budget
+    for extra, want in (((), 401), ((b"Authorization: Bearer " + token.encode(),), 404)):
+        r, w = await connect(p.server.port)
+        w.write(head(32 * MIB, *extra, path=path))  # the head only: the body is never sent
+        status, raw = await asyncio.wait_for(answer_of(r), 30)
+        w.close()
+        assert (status, orjson.loads(raw)["error"]["code"]) == (want, want), raw[:200]
+        assert budget.free == budget.total and not budget.held and b.requests == []
+    grant_model_user(admin, namespace, namespace, "headless")
+    await eventually(lambda: _sar_allows(admin, namespace, "headless", "auth-head"), timeout=30, what="the grant in effect")
+    await eventually(lambda: _status(p, path.decode(), {"prompt": "x"}, token, 200), timeout=30, what="the caller allowed")
+    assert len(b.requests) >= 1
+
+
 def _sar_allows(admin, namespace: str, sa: str, model: str) -> bool:
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
         "user": f"system:serviceaccount:{namespace}:{sa}", "groups": ["system:serviceaccounts"],
@@ -217,7 +243,7 @@ async def _status(p, path: str, body: dict, token: str, want: int) -> bool:
 async def test_the_gateway_listener_needs_the_route_token_and_an_allowed_caller(control_plane, admin, backends):
     """On the Gateway listener the route token is checked first, then the caller as in-cluster:
     a request through A's own route still needs a Kubernetes token allowed on A's Model."""
-    from test_proxy_gateway_fence import _key, _route_headers
+    from test_proxy_gateway_fence import _key, _route_headers, _uid
 
     op_ns, a = _namespace(admin, "op"), _namespace(admin, "ga")
     p = await start_proxy(control_plane, engine_interval=None, auth=AUTH, gateway_bind="127.0.0.1:0", operator_ns=op_ns)
@@ -228,7 +254,7 @@ async def test_the_gateway_listener_needs_the_route_token_and_an_allowed_caller(
         b = await backends("gw-auth")
         server_pod(admin, a, "gw-auth", b)
         await p.wait_endpoints(a, "gw-auth", 1)
-        route = _route_headers(_key(admin, op_ns), a, "gw-auth")
+        route = _route_headers(_key(admin, op_ns), a, "gw-auth", _uid(admin, a))
         token = service_account_token(admin, a, "gw-caller")
         path, body = f"/{a}/gw-auth/v1/completions", {"model": "gw-auth", "prompt": "x"}
 

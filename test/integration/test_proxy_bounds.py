@@ -250,7 +250,8 @@ async def gateway(control_plane, admin):
     assert admin.post("/api/v1/namespaces", json={"metadata": {"name": op_ns}}).status_code == 201
     client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, limits=LIMITS, scale_from_zero=False)
+    server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, limits=LIMITS, scale_from_zero=False,
+                         auth=None)  # the open proxy: these tests are about the listeners' bounds
     stop = asyncio.Event()
     task = asyncio.create_task(run_with_manager(mgr, server, stop))
     await asyncio.wait_for(server.gateway_started.wait(), 60)
@@ -279,7 +280,8 @@ async def test_the_gateway_listener_refuses_a_tokenless_request_before_reading_i
         assert await asyncio.wait_for(r.read(), 10) == b"", "then closed"
         w.close()
         assert budget.free == budget.total and not budget.held and up.seen == [] and up.received == 0
-        token = fence.route_token(gateway.key, namespace).encode()
+        uid = admin.get(f"/api/v1/namespaces/{namespace}").json()["metadata"]["uid"]
+        token = fence.route_token(gateway.key, namespace, uid).encode()
         doc = orjson.dumps({"model": "gw-m", "user": "alice", "prompt": "hi"})
         r, w = await connect(port)
         w.write(head(len(doc), b"X-Kaiwo-Route-Token: " + token, b"Connection: close", path=path) + doc)

@@ -89,7 +89,7 @@ class Streamed:
 
 class Request:
     __slots__ = ("method", "path", "query", "headers", "body", "body_stream", "version", "keep_alive", "reserved", "budget_key",
-                 "_conn", "_streamed")
+                 "admitted", "_conn", "_streamed")
 
     def __init__(self, conn: Any, method: str, url: bytes, version: str, keep_alive: bool, headers: list[tuple[bytes, bytes]]) -> None:
         path, _, query = url.partition(b"?")
@@ -103,6 +103,7 @@ class Request:
         self.keep_alive = keep_alive
         self.reserved = 0  # bytes of the server's body budget held for this request
         self.budget_key: Hashable = None  # whose share of the body budget it holds (the client's address by default)
+        self.admitted: Any = None  # what the head gate learned of the request (e.g. its caller), for the handler
         self._conn = conn
         self._streamed: Streamed | None = None
 

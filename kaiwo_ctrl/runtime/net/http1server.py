@@ -71,7 +71,8 @@ any of the body budget is reserved or any body byte is parsed, and before
   bound its own time (its wait is not the client's stall); if it raises, the
   request gets ``error_response()``; if the client goes away it is cancelled;
 * it may set ``request.budget_key`` (whose share of the body budget the
-  request takes; ``budget_key`` overrides it when given).
+  request takes; ``budget_key`` overrides it when given), and
+  ``request.admitted`` (what it learned, e.g. the caller, for the handler).
 
 An authorization check (a route token, a bearer token reviewed by an API
 server) is such a gate: it sees exactly what the handler would, before the

@@ -45,15 +45,34 @@ def parse_bind(addr: str | None) -> tuple[str, int] | None:
     return (host.strip("[]") or "0.0.0.0", int(port))
 
 
+async def _authorize(handler: ProxyHandler, request: Request) -> Response | None:
+    """The caller check (serving/proxy/auth.py), from the head alone: None with ``request.admitted`` set to
+    the caller, or the refusal to send."""
+    assert handler.auth is not None
+    decision = await handler.auth.authorize(request.method, request.path, request.headers)
+    if decision.status != 200:
+        handler.metrics.auth_refused.labels(str(decision.status)).inc()
+        return error_response(decision.status, decision.message)
+    request.admitted = decision.caller
+    return None
+
+
+def auth_gate(handler: ProxyHandler) -> HeadGate | None:
+    """The in-cluster listener's head gate: the caller check runs when the head is complete, so a refused
+    caller's body is never budgeted nor read (None with ``--proxy-auth none``)."""
+    if handler.auth is None:
+        return None
+    return lambda request: _authorize(handler, request)
+
+
 async def _serve(handler: ProxyHandler, request: Request, namespace: str | None, model: str | None, rest: str) -> Response | Streamed:
-    caller = None
-    if handler.auth is not None:
-        # the caller check needs only the head (serving/proxy/auth.py): nothing below runs for a refused caller
-        decision = await handler.auth.authorize(request.method, request.path, request.headers)
-        if decision.status != 200:
-            handler.metrics.auth_refused.labels(str(decision.status)).inc()
-            return error_response(decision.status, decision.message)
-        caller = decision.caller
+    if handler.auth is not None and request.admitted is None:
+        # checked here too when no head gate ran (the routes never depend on how the listener is wired):
+        # nothing below runs for a refused caller
+        refused = await _authorize(handler, request)
+        if refused is not None:
+            return refused
+    caller = request.admitted
     if rest == "models":
         if request.method != "GET":
             return Response(405, [_TEXT, (b"Allow", b"GET")], b"405: Method Not Allowed")
@@ -96,22 +115,23 @@ def _gateway_parts(request: Request, fence: RouteFence) -> list[str] | None:
     return parts if fence.ok(parts[1], request.header_values(TOKEN_HEADER_KEY)) else None
 
 
-def gateway_gate(handler: ProxyHandler, fence: RouteFence) -> Callable[[Request], Response | None]:
+def gateway_gate(handler: ProxyHandler, fence: RouteFence) -> HeadGate:
     """The Gateway listener's head gate (``http1server``'s ``head_gate``): only ``/<namespace>/<model>/v1/<route>``
     with the namespace's route token (see :mod:`kaiwo_ctrl.aim.fence`) passes; anything else, ``/openai/v1``
     included, is one and the same 404, given when the head is complete, before any of the body is budgeted
     or read and before the Model is looked up, so it tells nothing of what exists and costs no memory.
     A request that passes takes its body memory from its namespace's share (the Gateway's address is
-    every tenant's). A bearer-token check would chain here the same way."""
+    every tenant's), and its caller is checked next, as :func:`auth_gate` does."""
     refused = handler.metrics.gateway_refused
 
-    def gate(request: Request) -> Response | None:
+    def gate(request: Request) -> Response | Awaitable[Response | None] | None:
         parts = _gateway_parts(request, fence)
         if parts is None:
             refused.inc()
             return error_response(404, "not found")
         request.budget_key = ("namespace", parts[1])
-        return None
+        # then the caller's bearer token, as on the in-cluster listener, still before any body byte
+        return _authorize(handler, request) if handler.auth is not None else None
 
     return gate
 
@@ -161,7 +181,7 @@ class ProxyServer:
         # drain_timeout to finish, then are cut
         servers = self.servers
         try:
-            server = self._server(route(self.handler))
+            server = self._server(route(self.handler), auth_gate(self.handler))
             servers.append(server)
             self.port = await server.start(self.bind[0], self.bind[1], backlog=4096)
             log.info("proxy serving", extra={"address": f"{self.bind[0]}:{self.port}"})

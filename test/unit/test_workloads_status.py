@@ -242,6 +242,11 @@ def test_ray_job_status_mapping(job_status, expected):
 
 def test_ray_job_deployment_failure_and_unknown_status():
     assert ray_job_status({"status": {"jobDeploymentStatus": "Failed"}}) == "FAILED"
+    # KubeRay fails a started job (submitter Job failed, activeDeadlineSeconds passed) and leaves jobStatus RUNNING
+    for reason in ("SubmissionFailed", "DeadlineExceeded"):
+        rj = {"status": {"jobDeploymentStatus": "Failed", "jobStatus": "RUNNING", "reason": reason}}
+        assert ray_job_status(rj) == "FAILED"
+    assert ray_job_status({"status": {"jobDeploymentStatus": "Failed", "jobStatus": "STOPPED"}}) == "TERMINATED"
     with pytest.raises(UnknownChildStatus):
         ray_job_status({"metadata": {"name": "r"}, "status": {"jobStatus": "WEIRD"}})
 

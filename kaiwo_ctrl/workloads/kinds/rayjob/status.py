@@ -16,8 +16,8 @@ def ray_job_status(ray_job: Mapping | None) -> str:
     ``jobDeploymentStatus: Failed`` is FAILED whatever ``jobStatus`` says (but
     STOPPED): KubeRay v1.6.2 fails a RayJob without touching ``jobStatus`` when
     its submitter Job fails or ``activeDeadlineSeconds`` passes, so a job that
-    had started stays ``jobStatus: RUNNING`` (seen with the real KubeRay in the
-    simulated cluster); the reference stayed RUNNING (or STARTING) for ever."""
+    had started stays ``jobStatus: RUNNING`` (its rayjob_controller.go); the
+    reference stayed RUNNING (or STARTING) for ever."""
     if ray_job is None:
         return NEW
     status = ray_job.get("status") or {}

@@ -104,7 +104,7 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 
 def start(plane: Any, name: str, kubeconfig: Path, timeout: float) -> Process:
     """Start ``ray-dashboard``, ``kuberay`` or ``appwrapper`` for ``plane`` (a
-    ControlPlane) and wait up to ``timeout`` until it listens or answers ``/readyz``."""
+    ControlPlane) and wait up to ``timeout`` until it listens or answers its probe."""
     log = plane.directory / "logs" / f"{name}.log"
     if name == "ray-dashboard":
         ready = plane.directory / "ray-dashboard.port"
@@ -130,9 +130,11 @@ def start(plane: Any, name: str, kubeconfig: Path, timeout: float) -> Process:
         args, env = [str(plane.assets.binary("appwrapper"))], child_env(appwrapper_env(kubeconfig))
     p = Process(name, args, log, env=env)
     p.start()
-    url = f"http://127.0.0.1:{health}/readyz"
+    # never AppWrapper's /readyz: its check asks the manager for the webhook server,
+    # which starts that server (on :9443, wanting certificates) even with webhooks off
+    url = f"http://127.0.0.1:{health}/" + ("readyz" if name == "kuberay" else "healthz")
     try:
-        wait_until(lambda: fetch_blocking("GET", url, timeout=2).status == 200, timeout, f"{name} /readyz", p)
+        wait_until(lambda: fetch_blocking("GET", url, timeout=2).status == 200, timeout, f"{name} {url}", p)
     except BaseException:
         p.stop()
         raise

@@ -290,7 +290,7 @@ def test_service_error_then_recovery_resets_start_time():
 
 def rs(ready=False, apps=None):
     conds = [{"type": "Ready", "status": "True" if ready else "False"}]
-    return {"kind": "RayService", "status": {"conditions": conds, "activeServiceStatus": {"applications": apps or {}}}}
+    return {"kind": "RayService", "status": {"conditions": conds, "activeServiceStatus": {"applicationStatuses": apps or {}}}}
 
 
 AW = {"kind": "AppWrapper", "metadata": {"name": "j"}, "status": {"phase": "Running"}}

@@ -12,7 +12,10 @@ this adds what a Kaiwo cluster has and the plain control plane lacks:
   ``blockOwnerDeletion`` really needs ``<owner>/finalizers: update``;
 * the real Kueue controller manager (see :mod:`kaiwo_ctrl.local.kueue`),
   started after the third-party CRDs are installed: it creates and admits the
-  Workloads of the operator's Jobs, Pods and Deployments and unsuspends them.
+  Workloads of the operator's Jobs, Pods and Deployments and unsuspends them;
+* the real KubeRay and AppWrapper controllers and a simulated Ray dashboard
+  (:mod:`kaiwo_ctrl.local.ray`, :mod:`kaiwo_ctrl.local.raydashboard`), so
+  RayJobs, RayClusters and RayServices (in AppWrappers) run on kwok Pods.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     base = locate_assets(build=True)
     out = args.dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    links = {"bin": base.bin_dir, "crds": base.crd_dirs[-1], "kueue-bin": base.bin_dir.parent / "kueue-bin"}
+    links = {"bin": base.bin_dir, "crds": base.crd_dirs[-1]}
+    links.update({f"{c}-bin": base.bin_dir.parent / f"{c}-bin" for c in ("kueue", "kuberay", "appwrapper")})
     if base.kueue_manifests is not None:
         links["kueue-manifests"] = base.kueue_manifests
     for name, target in links.items():

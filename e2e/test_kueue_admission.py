@@ -267,9 +267,9 @@ def ray_job_name(admin) -> str:
 
 
 def test_ray_job_is_admitted_by_kueue(queue_ready):
-    """KubeRay's operator does not run here: Kueue's RayJob integration still
-    validates the RayJob (its webhook), creates the Workload from the head and
-    worker groups, and admits it."""
+    """Kueue's RayJob integration validates the RayJob (its webhook), creates the
+    Workload from the head and worker groups, and admits it. (What KubeRay then
+    runs: e2e/test_ray_workloads.py.)"""
     admin = queue_ready
     name = submit(admin, "ray", gpus=8, ray=True)
     ray_job = wait_for(lambda: get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/{name}"), 90, "the KaiwoJob's RayJob")

@@ -1,7 +1,6 @@
 """A Ray KaiwoService is admitted by the real Kueue through its AppWrapper.
 
-Neither the AppWrapper controller nor KubeRay runs here; Kueue's AppWrapper
-integration still builds the Workload from the pod sets the AppWrapper
+Kueue's AppWrapper integration builds the Workload from the pod sets the AppWrapper
 declares (``spec.components[].podSets``) and admits it. A pod-set key the CRD
 does not define is pruned by the API server, and Kueue then refuses the
 AppWrapper ("should have at least 1 items"): the service stayed PENDING for ever.

@@ -107,7 +107,8 @@ def _add_local_command(sub: Any) -> None:
     lsub = local.add_subparsers(dest="local_cmd", required=True)
     up = lsub.add_parser("up", help="start it and return; processes keep running")
     up.add_argument("--dir", type=Path, default=DEFAULT_LOCAL_DIR)
-    up.add_argument("--simulate", action="store_true", help="also run controller-manager, scheduler, kwok (Pods run on fake Nodes) and Kueue")
+    up.add_argument("--simulate", action="store_true", help="also run controller-manager, scheduler, kwok (Pods run on fake Nodes), Kueue, KubeRay, AppWrapper "
+                    "and a simulated Ray dashboard")
     up.add_argument("--sim-forward", action="append", default=None, metavar="POD_PORT[:LOCAL_PORT]",
                     help="with --simulate: port-forward to pod port POD_PORT reaches 127.0.0.1:LOCAL_PORT "
                     "(repeatable; default: 80, 8000, 8080, 8265 and 8888 to the same local port)")

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and
-# the Kueue controller manager from Go modules into a cache outside the
+# the Kueue, KubeRay and AppWrapper controller managers from Go modules into a
+# cache outside the
 # repository, and extracts the third-party CRDs (and Kueue's webhook and CRD
 # conversion manifests) from the module zips their projects publish.
 #
 # Idempotent: binaries are keyed by the component versions and go.sum hashes,
 # CRDs by the CRD versions, so changing one never rebuilds the other.
 # The last line of stdout is the assets directory
-# (bin/, kueue-bin/, crds/, kueue-manifests/, kwok-stages.yaml).
+# (bin/, kueue-bin/, kuberay-bin/, appwrapper-bin/, crds/, kueue-manifests/,
+# kwok-stages.yaml).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
@@ -17,10 +19,14 @@ cache_root="${KAIWO_CTRL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kaiwo-ctrl}/envt
 bin_stamp=$(printf '%s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" | cat - "$here/k8s/go.sum" "$here/etcd/go.sum" | sha256sum | cut -c1-12)
 crd_stamp=$(printf '%s\n' "$KUEUE_VERSION" "$KUBERAY_VERSION" "$APPWRAPPER_VERSION" "$GATEWAY_API_VERSION" "$GATEWAY_API_INFERENCE_EXTENSION_VERSION" "$KWOK_VERSION" referencegrants | sha256sum | cut -c1-12)
 kueue_stamp=$(printf '%s\n' "$KUEUE_VERSION" | cat - "$here/kueue/go.sum" | sha256sum | cut -c1-12)
+kuberay_stamp=$(printf '%s\n' "$KUBERAY_VERSION" | cat - "$here/kuberay/go.sum" | sha256sum | cut -c1-12)
+appwrapper_stamp=$(printf '%s\n' "$APPWRAPPER_VERSION" | cat - "$here/appwrapper/go.sum" | sha256sum | cut -c1-12)
 bin="$cache_root/bin-${K8S_VERSION}-${bin_stamp}"
 kueue_bin="$cache_root/kueue-${KUEUE_VERSION}-${kueue_stamp}"
+kuberay_bin="$cache_root/kuberay-${KUBERAY_VERSION}-${kuberay_stamp}"
+appwrapper_bin="$cache_root/appwrapper-${APPWRAPPER_VERSION}-${appwrapper_stamp}"
 crds="$cache_root/crds-${crd_stamp}"
-assets="$cache_root/assets-${bin_stamp}-${crd_stamp}-${kueue_stamp}"
+assets="$cache_root/assets-${bin_stamp}-${crd_stamp}-${kueue_stamp}-${kuberay_stamp}-${appwrapper_stamp}"
 log() { echo "[envtest-build] $*" >&2; }
 
 need_bin=0
@@ -61,6 +67,27 @@ if [ ! -x "$kueue_bin/kueue" ]; then
   (cd "$here/kueue" && go build -ldflags "-s -w -X $vpkg.GitVersion=${KUEUE_VERSION} -X $vpkg.GitCommit=module-${KUEUE_VERSION} -X $vpkg.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
       -o "$kueue_bin/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue) && mv "$kueue_bin/kueue.tmp" "$kueue_bin/kueue"
   log "kueue built in $(( $(date +%s) - t0 ))s"
+fi
+
+if [ ! -x "$kuberay_bin/kuberay" ]; then
+  # KubeRay's operator (github.com/ray-project/kuberay/ray-operator, package main at
+  # the module root) through the wrapper module in hack/envtest/kuberay
+  mkdir -p "$kuberay_bin"
+  log "building kuberay ${KUBERAY_VERSION} (cold: several minutes on 2 cores)"
+  t0=$(date +%s)
+  (cd "$here/kuberay" && go build -ldflags "-s -w" -o "$kuberay_bin/kuberay.tmp" github.com/ray-project/kuberay/ray-operator) \
+    && mv "$kuberay_bin/kuberay.tmp" "$kuberay_bin/kuberay"
+  log "kuberay built in $(( $(date +%s) - t0 ))s"
+fi
+if [ ! -x "$appwrapper_bin/appwrapper" ]; then
+  # AppWrapper's controller (github.com/project-codeflare/appwrapper/cmd) through hack/envtest/appwrapper
+  mkdir -p "$appwrapper_bin"
+  log "building appwrapper ${APPWRAPPER_VERSION} (cold: several minutes on 2 cores)"
+  t0=$(date +%s)
+  (cd "$here/appwrapper" && go build -ldflags "-s -w -X main.BuildVersion=${APPWRAPPER_VERSION} -X main.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+      -o "$appwrapper_bin/appwrapper.tmp" github.com/project-codeflare/appwrapper/cmd) \
+    && mv "$appwrapper_bin/appwrapper.tmp" "$appwrapper_bin/appwrapper"
+  log "appwrapper built in $(( $(date +%s) - t0 ))s"
 fi
 
 modir() {
@@ -112,6 +139,8 @@ fi
 mkdir -p "$assets"
 ln -sfn "$bin" "$assets/bin"
 ln -sfn "$kueue_bin" "$assets/kueue-bin"
+ln -sfn "$kuberay_bin" "$assets/kuberay-bin"
+ln -sfn "$appwrapper_bin" "$assets/appwrapper-bin"
 ln -sfn "$crds/crds" "$assets/crds"
 ln -sfn "$crds/kueue" "$assets/kueue-manifests"
 ln -sfn "$crds/kwok-stages.yaml" "$assets/kwok-stages.yaml"

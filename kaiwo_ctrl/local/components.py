@@ -1,9 +1,10 @@
 """Command lines of the simulated cluster's components (``local up --simulate``).
 
-kube-controller-manager (the job, ReplicaSet, Deployment, namespace and garbage
-collection controllers), kube-scheduler and kwok run next to etcd and
+kube-controller-manager (the job, ReplicaSet, Deployment, EndpointSlice, namespace
+and garbage collection controllers), kube-scheduler and kwok run next to etcd and
 kube-apiserver, so Pods of Jobs and Deployments are scheduled onto kwok's fake
-Nodes and finish. (Kueue, which needs its webhooks installed first, is started by
+Nodes and finish. (Kueue, which needs its webhooks installed first, and the simulated Ray
+dashboard, KubeRay and AppWrapper (:mod:`.ray`) are started by
 :meth:`kaiwo_ctrl.local.controlplane.ControlPlane.start_component`.)
 """
 
@@ -44,7 +45,9 @@ def component_args(
             f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",
             "--controllers=job-controller,garbage-collector-controller,namespace-controller,"
-            "replicaset-controller,deployment-controller",
+            "replicaset-controller,deployment-controller,"
+            # KubeRay counts a RayService's Serve endpoints from its Service's EndpointSlices
+            "endpointslice-controller",
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
             "--kube-api-qps=500",

@@ -8,10 +8,12 @@ module zips their projects publish. Nothing here is a fake: the API server is
 the real one, so admission, defaulting, CEL validation, watches, 409s and 410s
 all behave as in a cluster.
 
-Optionally (``components=("controller-manager", "scheduler", "kwok", "kueue")``)
-the job/deployment/GC controllers, the scheduler, kwok and the real Kueue
-controller manager run too, so Kueue admits workloads whose Jobs create Pods
-that are scheduled onto kwok-simulated Nodes and finish.
+Optionally (``components=SIMULATE_COMPONENTS``) the job/deployment/EndpointSlice/GC
+controllers, the scheduler, kwok and the real Kueue controller manager run too,
+so Kueue admits workloads whose Jobs create Pods that are scheduled onto
+kwok-simulated Nodes and finish; and the real KubeRay and AppWrapper controllers
+with a simulated Ray dashboard (:mod:`kaiwo_ctrl.local.ray`,
+:mod:`kaiwo_ctrl.local.raydashboard`), so RayJobs and RayServices run too.
 
 Its PKI (:mod:`kaiwo_ctrl.local.pki`, built on :class:`kaiwo_ctrl.runtime.net.certs.TinyCA`) has three independent CAs,
 as a real cluster has: one signs the apiserver's serving certificate, one
@@ -45,7 +47,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_MAX_BYTES = 64 << 20
 START_TIMEOUT = float(os.environ.get("KAIWO_CTRL_START_TIMEOUT", "90"))
 #: What ``local up --simulate`` runs besides etcd and kube-apiserver, in start order.
-SIMULATE_COMPONENTS = ("controller-manager", "scheduler", "kwok", "kueue")
+SIMULATE_COMPONENTS = ("controller-manager", "scheduler", "kwok", "kueue", "ray-dashboard", "kuberay", "appwrapper")
+#: components started here rather than from :func:`.components.component_args`
+_OWN_START = ("kueue", "ray-dashboard", "kuberay", "appwrapper")
 
 
 @dataclass
@@ -58,8 +62,8 @@ class Assets:
 
     def binary(self, name: str) -> Path:
         p = self.bin_dir / name
-        if name == "kueue":
-            p = self.bin_dir.parent / "kueue-bin" / name
+        if name in ("kueue", "kuberay", "appwrapper"):
+            p = self.bin_dir.parent / f"{name}-bin" / name
         if not p.is_file():
             raise ControlPlaneError(f"missing binary {p}; run ./hack/envtest/build.sh")
         return p
@@ -108,6 +112,8 @@ class ControlPlane:
     #: with kwok: pod port -> 127.0.0.1 port for port-forward (None: the defaults), and whether exec runs commands
     sim_forwards: Mapping[int, int] | None = None
     sim_exec: bool = True
+    #: the simulated Ray dashboard's port (KubeRay's HTTP_PROXY), once started
+    ray_dashboard_port: int = 0
 
     # ---------------------------------------------------------------- paths
     @property
@@ -306,6 +312,9 @@ class ControlPlane:
         if name == "kueue":
             self._start_kueue(kc)
             return
+        if name in _OWN_START:
+            self._start_ray_component(name, kc)
+            return
         sim = Simulation(self.certs, self.sim_forwards, self.sim_exec)
         args = component_args(name, self.assets.binary, kc, self.directory, self.assets.kwok_stages, sim)
         p = Process(name, args, self.directory / "logs" / f"{name}.log")
@@ -338,6 +347,11 @@ class ControlPlane:
         wait_until(lambda: fetch_blocking("GET", health, timeout=2).status == 200, START_TIMEOUT, "kueue /readyz", p)
         with self.admin() as h:
             wait_until(lambda: kueue.webhooks_answer(h), START_TIMEOUT, "Kueue's webhooks to answer the apiserver", p)
+
+    def _start_ray_component(self, name: str, kubeconfig: Path) -> None:
+        from kaiwo_ctrl.local import ray
+
+        self.processes[name] = ray.start(self, name, kubeconfig, START_TIMEOUT)
 
     # ------------------------------------------------------------ stop/state
     def stop(self) -> None:

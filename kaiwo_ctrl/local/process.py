@@ -48,6 +48,8 @@ class Process:
     log: Path
     popen: subprocess.Popen | None = None
     pid: int | None = None
+    #: the child's whole environment (None: this process's)
+    env: dict[str, str] | None = None
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -58,6 +60,7 @@ class Process:
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=self.env,
         )
         fh.close()
         self.pid = self.popen.pid

@@ -242,6 +242,11 @@ def test_ray_job_status_mapping(job_status, expected):
 
 def test_ray_job_deployment_failure_and_unknown_status():
     assert ray_job_status({"status": {"jobDeploymentStatus": "Failed"}}) == "FAILED"
+    # KubeRay fails a started job (submitter Job failed, activeDeadlineSeconds passed) and leaves jobStatus RUNNING
+    for reason in ("SubmissionFailed", "DeadlineExceeded"):
+        rj = {"status": {"jobDeploymentStatus": "Failed", "jobStatus": "RUNNING", "reason": reason}}
+        assert ray_job_status(rj) == "FAILED"
+    assert ray_job_status({"status": {"jobDeploymentStatus": "Failed", "jobStatus": "STOPPED"}}) == "TERMINATED"
     with pytest.raises(UnknownChildStatus):
         ray_job_status({"metadata": {"name": "r"}, "status": {"jobStatus": "WEIRD"}})
 
@@ -285,7 +290,7 @@ def test_service_error_then_recovery_resets_start_time():
 
 def rs(ready=False, apps=None):
     conds = [{"type": "Ready", "status": "True" if ready else "False"}]
-    return {"kind": "RayService", "status": {"conditions": conds, "activeServiceStatus": {"applications": apps or {}}}}
+    return {"kind": "RayService", "status": {"conditions": conds, "activeServiceStatus": {"applicationStatuses": apps or {}}}}
 
 
 AW = {"kind": "AppWrapper", "metadata": {"name": "j"}, "status": {"phase": "Running"}}

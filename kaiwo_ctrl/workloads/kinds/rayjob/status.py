@@ -12,13 +12,16 @@ _RAYJOB = {"": STARTING, "PENDING": STARTING, "RUNNING": RUNNING, "FAILED": FAIL
 
 def ray_job_status(ray_job: Mapping | None) -> str:
     """A RayJob by ``jobStatus``: none/PENDING STARTING, RUNNING, FAILED,
-    SUCCEEDED COMPLETE, STOPPED TERMINATED. Beyond the reference: ``jobDeploymentStatus: Failed`` (the Ray
-    cluster never came up, or a deadline passed before the job was submitted)
-    is FAILED; the reference stayed STARTING forever in that case."""
+    SUCCEEDED COMPLETE, STOPPED TERMINATED. Beyond the reference:
+    ``jobDeploymentStatus: Failed`` is FAILED whatever ``jobStatus`` says (but
+    STOPPED): KubeRay v1.6.2 fails a RayJob without touching ``jobStatus`` when
+    its submitter Job fails or ``activeDeadlineSeconds`` passes, so a job that
+    had started stays ``jobStatus: RUNNING`` (its rayjob_controller.go); the
+    reference stayed RUNNING (or STARTING) for ever."""
     if ray_job is None:
         return NEW
     status = ray_job.get("status") or {}
-    if status.get("jobDeploymentStatus") == "Failed" and status.get("jobStatus", "") in ("", "PENDING"):
+    if status.get("jobDeploymentStatus") == "Failed" and status.get("jobStatus", "") != "STOPPED":
         return FAILED
     value = status.get("jobStatus") or ""
     if value not in _RAYJOB:

@@ -25,7 +25,9 @@ def ray_service_status(appwrapper: Mapping | None, ray_service: Mapping | None) 
     ready = condition_of(ray_service, "Ready")
     if ready and ready.get("status") == "True":
         return READY
-    apps = (((ray_service.get("status") or {}).get("activeServiceStatus") or {}).get("applications")) or {}
+    # KubeRay's field is applicationStatuses (name -> {status, ...}); the reference read
+    # "applications", which the RayService CRD does not have (the API server prunes it)
+    apps = (((ray_service.get("status") or {}).get("activeServiceStatus") or {}).get("applicationStatuses")) or {}
     values = apps.values() if isinstance(apps, Mapping) else apps
     if any((a or {}).get("status") in FAILED_APP_STATUSES for a in values):
         return FAILED

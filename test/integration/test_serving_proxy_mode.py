@@ -36,7 +36,8 @@ def events(admin, ns: str, reason: str) -> list[dict]:
 
 def proxy_answers(port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/openai/v1/models", timeout=2).status_code == 200
+        # serving: it answers; a listing without a token is refused (--proxy-auth kubernetes, the default)
+        return httpx.get(f"http://127.0.0.1:{port}/openai/v1/models", timeout=2).status_code == 401
     except httpx.HTTPError:
         return False
 

@@ -63,7 +63,7 @@ def test_local_up_simulate_runs_a_job_to_completion(tmp_path):
     try:
         assert up.returncode == 0, up.stderr
         assert set(json.loads((d / "state.json").read_text())["pids"]) == {
-            "etcd", "kube-apiserver", "controller-manager", "scheduler", "kwok", "kueue"}
+            "etcd", "kube-apiserver", "controller-manager", "scheduler", "kwok", "kueue", "kuberay", "appwrapper", "ray-dashboard"}
         node = {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "sim-0", "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {"type": "kwok"}},

@@ -278,3 +278,26 @@ FORBIDDEN = re.compile(r"(?<![\w.])403(?![\w.])|forbidden", re.IGNORECASE)
 
 def forbidden_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if FORBIDDEN.search(line)]
+
+
+@pytest.fixture(scope="module")
+def proxy(sim_plane, admin, installed, deployed, operator, tmp_path_factory):
+    """The proxy Deployment's command (kaiwo-ctrl proxy) as a local process, as the proxy's own
+    ServiceAccount (kaiwo-proxy, bound only to the proxy's roles)."""
+    sa = deployed["proxy"]["service_account"]["metadata"]
+    work = tmp_path_factory.mktemp("proxy")
+    kubeconfig = service_account_kubeconfig(sim_plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")
+    health, metrics = free_port(), free_port()
+    argv, env = operator_command(deployed["proxy"], kubeconfig, health, metrics)
+    proc = OperatorProcess(argv, env, work / "proxy.log", health, metrics)
+    proc.ports = {"http": bound_port(argv, "--proxy-bind-address"), "gateway": bound_port(argv, "--proxy-gateway-bind-address")}
+
+    def ready() -> bool:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"proxy exited with {proc.popen.returncode}:\n{proc.text()[-4000:]}")
+        return httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200
+
+    wait_for(ready, 120, "proxy /readyz")
+    yield proc
+    rc = proc.stop()
+    assert rc == 0, f"proxy exit code {rc}:\n{proc.text()[-4000:]}"

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from e2e.conftest import (
-    ROOT, OperatorProcess, bound_port, condition, forbidden_lines, get, operator_command, service_account_kubeconfig, wait_for,
+    ROOT, condition, forbidden_lines, get, wait_for,
 )
-from kaiwo_ctrl.local.controlplane import free_port
+from support.tokens import bearer, grant_model_user, service_account_token
 
 pytestmark = pytest.mark.e2e
 
@@ -84,37 +84,18 @@ def test_operator_runs_as_its_service_account(operator, admin, deployed):
     assert "token" in pathlib.Path(who).read_text()
 
 
-@pytest.fixture(scope="module")
-def proxy(sim_plane, admin, installed, deployed, operator, tmp_path_factory):
-    """The proxy Deployment's command (kaiwo-ctrl proxy) as a local process, as the proxy's own
-    ServiceAccount (kaiwo-proxy, bound only to the proxy's roles)."""
-    sa = deployed["proxy"]["service_account"]["metadata"]
-    work = tmp_path_factory.mktemp("proxy")
-    kubeconfig = service_account_kubeconfig(sim_plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")
-    health, metrics = free_port(), free_port()
-    argv, env = operator_command(deployed["proxy"], kubeconfig, health, metrics)
-    proc = OperatorProcess(argv, env, work / "proxy.log", health, metrics)
-    proc.ports = {"http": bound_port(argv, "--proxy-bind-address"), "gateway": bound_port(argv, "--proxy-gateway-bind-address")}
-
-    def ready() -> bool:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"proxy exited with {proc.popen.returncode}:\n{proc.text()[-4000:]}")
-        return httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200
-
-    wait_for(ready, 120, "proxy /readyz")
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"proxy exit code {rc}:\n{proc.text()[-4000:]}"
-
-
-def test_proxy_runs_apart_as_its_own_service_account(proxy, deployed):
+def test_proxy_runs_apart_as_its_own_service_account(proxy, deployed, admin):
     """The operator serves no proxy; the proxy process, as kaiwo-proxy, serves the in-cluster listener
     and opens the Gateway listener (it read the route key with its own Role), which refuses a request
     without a route token."""
     assert deployed["proxy"]["service_account"]["metadata"]["name"] == "kaiwo-proxy"
     assert "--proxy-bind-address=0" in deployed["container"]["args"]
-    r = httpx.get(f"http://127.0.0.1:{proxy.ports['http']}/openai/v1/models", timeout=5)
-    assert r.status_code == 200 and r.json()["object"] == "list", r.text
+    listing = f"http://127.0.0.1:{proxy.ports['http']}/openai/v1/models"
+    r = httpx.get(listing, timeout=5)
+    assert r.status_code == 401, "the shipped proxy checks its callers (--proxy-auth kubernetes)"
+    # a known caller with no grant: its (empty) listing, through the proxy's own TokenReview/SubjectAccessReview
+    r = httpx.get(listing, headers=bearer(service_account_token(admin, "default", "nobody")), timeout=5)
+    assert r.status_code == 200 and r.json() == {"object": "list", "data": []}, r.text
 
     def gateway_refuses():
         try:
@@ -251,9 +232,13 @@ def test_queue_config_becomes_ready(operator, admin):
 
 
 def test_proxy_serves_the_sample_model_listing(proxy, admin):
-    """The proxy's own ServiceAccount may list and watch Models: the sample Model appears in its listing."""
+    """The proxy's own ServiceAccount may list and watch Models: the sample Model appears in the listing
+    of a caller its namespace's kaiwo-model-user binding allows."""
+    grant_model_user(admin, "kaiwo-samples", "kaiwo-samples", "model-user", binding="e2e-model-user")
+    auth = bearer(service_account_token(admin, "kaiwo-samples", "model-user"))
+
     def listed():
-        r = httpx.get(f"http://127.0.0.1:{proxy.ports['http']}/openai/v1/models", timeout=5)
+        r = httpx.get(f"http://127.0.0.1:{proxy.ports['http']}/openai/v1/models", headers=auth, timeout=5)
         return r.status_code == 200 and any("qwen2-500m-cpu" in m["id"] for m in r.json()["data"]) and r
 
     wait_for(listed, 60, "the sample Model in the proxy's listing")

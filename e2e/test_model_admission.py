@@ -160,12 +160,12 @@ class FakeServer:
         assert r.status_code == 200, r.text
 
 
-def proxy_url(operator) -> str:
-    addr = next(a.split("=", 1)[1] for a in operator.argv if a.startswith("--proxy-bind-address="))
-    return f"http://{addr}/openai/v1"
+def proxy_url(proxy) -> str:
+    """The proxy's in-cluster listener (the proxy Deployment's command as a local process: the operator serves none)."""
+    return f"http://127.0.0.1:{proxy.ports['http']}/openai/v1"
 
 
-def test_replicas_past_quota_wait_with_kueues_message_and_admitted_ones_serve(teams, operator):
+def test_replicas_past_quota_wait_with_kueues_message_and_admitted_ones_serve(teams, proxy):
     admin = teams
     create_model(admin, "chat-a", {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/priority-class": LOW})
     first = wait_for(lambda: [p for p in model_pods(admin, "chat-a") if ready(p) and not gated(p)], 120, "the first replica admitted and Ready")[0]
@@ -202,10 +202,10 @@ def test_replicas_past_quota_wait_with_kueues_message_and_admitted_ones_serve(te
         token = service_account_token(admin, NS, "chat-caller")
         grant_model_user(admin, NS, NS, "chat-caller", binding="chat-callers")
         chat = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}
-        wait_for(lambda: httpx.post(f"{proxy_url(operator)}/chat/completions", timeout=60, json=chat,
+        wait_for(lambda: httpx.post(f"{proxy_url(proxy)}/chat/completions", timeout=60, json=chat,
                                     headers=bearer(token)).status_code != 404, 60, "the RoleBinding honoured")
         for _ in range(3):
-            r = httpx.post(f"{proxy_url(operator)}/chat/completions", timeout=60, json=chat, headers=bearer(token))
+            r = httpx.post(f"{proxy_url(proxy)}/chat/completions", timeout=60, json=chat, headers=bearer(token))
             assert r.status_code == 200 and "admitted replica" in r.text, r.text
     finally:
         fake.server.shutdown()

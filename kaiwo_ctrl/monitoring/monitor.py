@@ -25,16 +25,16 @@ from datetime import datetime, timezone
 from prometheus_client import Gauge
 from pydantic import ValidationError
 
-from api.meta import parse_duration
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
 from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher, split_url
+from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
 from kaiwo_ctrl.workloads.reconcile.caches import pod_informer
 
+from .envsettings import endpoint_and_interval
 from .gpu import METRIC, MonitoringSettings, WorkloadRef, decide, filter_namespaces, group_by_workload, matches, parse_samples
 
 log = logging.getLogger("kaiwo_ctrl.monitoring")
@@ -71,22 +71,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> MonitorEnv | None:
     env = os.environ if environ is None else environ
     if env.get(ENV_ENABLED) != "true":
         return None
-    endpoint = (env.get(ENV_ENDPOINT) or "").strip()
-    if not endpoint:
-        raise MonitoringConfigError(f"{ENV_ENDPOINT} must be set when {ENV_ENABLED}=true")
-    try:
-        split_url(endpoint)
-    except ValueError as e:
-        raise MonitoringConfigError(f"{ENV_ENDPOINT}={endpoint!r} must be an http:// or https:// URL with a host: {e}") from e
-    raw = (env.get(ENV_INTERVAL) or "").strip()
-    if not raw:
-        raise MonitoringConfigError(f"{ENV_INTERVAL} must be set when {ENV_ENABLED}=true (a duration such as 10s, 1m, 1h30m)")
-    try:
-        interval = parse_duration(raw).total_seconds()
-    except ValueError as e:
-        raise MonitoringConfigError(f"{ENV_INTERVAL}={raw!r} is not a duration (use e.g. 10s, 1m, 1h30m)") from e
-    if interval <= 0:
-        raise MonitoringConfigError(f"{ENV_INTERVAL}={raw!r} must be longer than zero")
+    endpoint, interval = endpoint_and_interval(env, ENV_ENABLED, ENV_ENDPOINT, ENV_INTERVAL, None, MonitoringConfigError)
     return MonitorEnv(endpoint, interval)
 
 

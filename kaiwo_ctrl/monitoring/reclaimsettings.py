@@ -16,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from api.meta import parse_duration
-from kaiwo_ctrl.runtime.net.fetch import split_url
 
+from .envsettings import endpoint_and_interval
 from .owners import ANNOTATION_PREFIX
 
 PREFIX = ANNOTATION_PREFIX  # one home: owners.py
@@ -143,20 +143,7 @@ def read_env(environ: Mapping[str, str] | None = None) -> ReclaimEnv | None:
     env = dict(os.environ if environ is None else environ)
     if env.get(ENV_ENABLED, "").strip().lower() != "true":
         return None
-    endpoint = (env.get(ENV_ENDPOINT) or "").strip()
-    if not endpoint:
-        raise ReclaimConfigError(f"{ENV_ENDPOINT} must be set when {ENV_ENABLED}=true")
-    try:
-        split_url(endpoint)
-    except ValueError as e:
-        raise ReclaimConfigError(f"{ENV_ENDPOINT}={endpoint!r} must be an http:// or https:// URL with a host: {e}") from e
-    raw = (env.get(ENV_INTERVAL) or DEFAULT_INTERVAL).strip()
-    try:
-        interval = parse_duration(raw).total_seconds()
-    except ValueError as e:
-        raise ReclaimConfigError(f"{ENV_INTERVAL}={raw!r} is not a duration (e.g. 15s, 1m)") from e
-    if interval <= 0:
-        raise ReclaimConfigError(f"{ENV_INTERVAL}={raw!r} must be longer than zero")
+    endpoint, interval = endpoint_and_interval(env, ENV_ENABLED, ENV_ENDPOINT, ENV_INTERVAL, DEFAULT_INTERVAL, ReclaimConfigError)
     for spec_field, (_, name) in LAYERS.items():
         if env.get(name):
             try:

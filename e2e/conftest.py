@@ -253,24 +253,29 @@ def cluster_nodes(kubectl, admin, installed):
     return wait_for(ready, 90, "kwok to mark the sample Nodes Ready")
 
 
-@pytest.fixture(scope="session")
-def operator(sim_plane, admin, installed, cluster_nodes, deployed, tmp_path_factory):
-    sa = deployed["service_account"]["metadata"]
-    work = tmp_path_factory.mktemp("operator")
-    kubeconfig = service_account_kubeconfig(sim_plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")
+def _as_service_account(plane, admin, deployment: dict, work: Path, what: str):
+    """Run ``deployment``'s container command as a local process under its own ServiceAccount, until
+    /readyz; yields the process, then stops it and asserts a clean exit."""
+    sa = deployment["service_account"]["metadata"]
+    kubeconfig = service_account_kubeconfig(plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")
     health, metrics = free_port(), free_port()
-    argv, env = operator_command(deployed, kubeconfig, health, metrics)
-    proc = OperatorProcess(argv, env, work / "operator.log", health, metrics)
+    argv, env = operator_command(deployment, kubeconfig, health, metrics)
+    proc = OperatorProcess(argv, env, work / f"{what}.log", health, metrics)
 
     def ready() -> bool:
         if proc.popen.poll() is not None:
-            raise AssertionError(f"operator exited with {proc.popen.returncode}:\n{proc.text()[-4000:]}")
+            raise AssertionError(f"{what} exited with {proc.popen.returncode}:\n{proc.text()[-4000:]}")
         return httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200
 
-    wait_for(ready, 120, "operator /readyz")
+    wait_for(ready, 120, f"{what} /readyz")
     yield proc
     rc = proc.stop()
-    assert rc == 0, f"operator exit code {rc}:\n{proc.text()[-4000:]}"
+    assert rc == 0, f"{what} exit code {rc}:\n{proc.text()[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def operator(sim_plane, admin, installed, cluster_nodes, deployed, tmp_path_factory):
+    yield from _as_service_account(sim_plane, admin, deployed, tmp_path_factory.mktemp("operator"), "operator")
 
 
 FORBIDDEN = re.compile(r"(?<![\w.])403(?![\w.])|forbidden", re.IGNORECASE)
@@ -283,21 +288,8 @@ def forbidden_lines(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def proxy(sim_plane, admin, installed, deployed, operator, tmp_path_factory):
     """The proxy Deployment's command (kaiwo-ctrl proxy) as a local process, as the proxy's own
-    ServiceAccount (kaiwo-proxy, bound only to the proxy's roles)."""
-    sa = deployed["proxy"]["service_account"]["metadata"]
-    work = tmp_path_factory.mktemp("proxy")
-    kubeconfig = service_account_kubeconfig(sim_plane, admin, sa["namespace"], sa["name"], work / "kubeconfig")
-    health, metrics = free_port(), free_port()
-    argv, env = operator_command(deployed["proxy"], kubeconfig, health, metrics)
-    proc = OperatorProcess(argv, env, work / "proxy.log", health, metrics)
-    proc.ports = {"http": bound_port(argv, "--proxy-bind-address"), "gateway": bound_port(argv, "--proxy-gateway-bind-address")}
-
-    def ready() -> bool:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"proxy exited with {proc.popen.returncode}:\n{proc.text()[-4000:]}")
-        return httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200
-
-    wait_for(ready, 120, "proxy /readyz")
-    yield proc
-    rc = proc.stop()
-    assert rc == 0, f"proxy exit code {rc}:\n{proc.text()[-4000:]}"
+    ServiceAccount (kaiwo-proxy, bound only to the proxy's roles); ``ports``: its two listeners."""
+    for proc in _as_service_account(sim_plane, admin, deployed["proxy"], tmp_path_factory.mktemp("proxy"), "proxy"):
+        proc.ports = {"http": bound_port(proc.argv, "--proxy-bind-address"),
+                      "gateway": bound_port(proc.argv, "--proxy-gateway-bind-address")}
+        yield proc

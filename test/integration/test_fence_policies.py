@@ -232,3 +232,31 @@ async def test_the_operators_own_children_pass_the_fence(policies, admin, namesp
     assert not refused, "\n".join(refused)
     assert checked >= {"Job", "Deployment", "RayJob", "AppWrapper", "ConfigMap", "Pod"}, checked
     assert any(embedded(o) for o in workload_children())  # the AppWrapper's RayService template was walked
+
+
+async def test_the_shared_model_cache_is_the_one_unowned_claim_the_operator_may_write(policies, admin, namespace):
+    """One cache PVC per profile serves every Model of the profile, so it has no owner: the operator may
+    create it and annotate it, but not relabel, re-own or delete it, nor make any other unowned claim."""
+    await _wait_active(admin, namespace)
+    op = _headers(True)
+    claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+
+    def claim(name: str) -> dict:
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}
+
+    r = admin.post(claims, json=claim("shared-model-cache-fast"), headers=op)
+    assert r.status_code == 201, r.text
+    cache = f"{claims}/shared-model-cache-fast"
+    r = admin.patch(cache, json={"metadata": {"annotations": {"models.kubeai.org/m": '{"uid":"u"}'}}}, headers=[*op, *MERGE.items()])
+    assert r.status_code == 200, r.text
+    assert admin.get(cache).json()["metadata"]["annotations"]["models.kubeai.org/m"] == '{"uid":"u"}'
+    assert _refused(admin.patch(cache, json={"metadata": {"labels": {"x": "y"}}}, headers=[*op, *MERGE.items()]))
+    assert _refused(admin.patch(cache, json={"metadata": {"ownerReferences": [MODEL_OWNER]}}, headers=[*op, *MERGE.items()]))
+    assert _refused(admin.delete(cache, headers=op))
+    assert "x" not in (admin.get(cache).json()["metadata"].get("labels") or {})
+    assert _refused(admin.post(claims, json=claim("data"), headers=op))
+    assert admin.get(f"{claims}/data").status_code == 404
+    for ns in ("kube-system", "kaiwo-system"):
+        r = admin.post(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", json=claim("shared-model-cache-fast"), headers=op)
+        assert _refused(r, f"in namespace {ns}"), (ns, r.text)

@@ -31,9 +31,13 @@ Prints:
   interleaved round by round: added p50/p99 at 1/64/512 clients, CPU per
   proxied request (the process and its children), and saturation throughput
   (bench/peers.py installs and starts them, and says when one is left out);
+* streamed chunks (``--only-chunks``): ours and nginx relaying the same SSE
+  streams (``--stream-chunks`` events, ``--chunk-ms`` apart), CPU per relayed
+  event at 1 and 64 streams at once;
 * the load average before and after.
 
     .venv/bin/python bench/bench_proxy.py [--quick] [--service-ms 20] [--chunk-ms 5] [--only-peers] [--baseline-tree DIR]
+    .venv/bin/python bench/bench_proxy.py --only-chunks [--quick] [--stream-chunks 100] [--chunk-ms 5]
 """
 
 from __future__ import annotations
@@ -454,6 +458,51 @@ async def peers_phase(ours_port: int, ours_pid: int, quick: bool, baseline: tupl
                 p.wait(10)
 
 
+CHUNKS_PORT = PORT_BASE + 2
+
+
+async def chunks_phase(ours_port: int, ours_pid: int, chunks: int, quick: bool) -> None:
+    """CPU per streamed chunk: ours and nginx relaying the same SSE streams (``chunks`` + 2 events each,
+    one write apiece, ``--chunk-ms`` apart, so each usually arrives in a read of its own), interleaved rounds.
+    The proxy's process tree's CPU over the run divided by the events relayed."""
+    from peers import start_nginx
+
+    from kaiwo_ctrl.runtime.net.http1 import Pool
+
+    backends = [f"{h}:{CHUNKS_PORT}" for h in HOSTS]
+    nginx = start_nginx(18483, backends)
+    contenders = [("ours", f"127.0.0.1:{ours_port}", "/openai/v1/completions", ours_pid)]
+    if nginx is not None:
+        contenders.append(("nginx", "127.0.0.1:18483", "/v1/completions", nginx.pid))
+    per_stream = chunks + 2  # the first event, the chunks, [DONE]
+    s = Pool(max_idle_per_host=1024)
+    try:
+        for _, authority, path, _ in contenders:
+            await run_load(s, [(authority, path)], 4, 8, True)
+        print(f"\nstreamed chunks: CPU per relayed SSE event ({per_stream} events a stream, 3 interleaved rounds, medians)"
+              f"{'' if nginx is not None else '; nginx left out'}")
+        print(f"{'proxy':<9}{'streams at once':>16}{'streams':>9}{'events':>9}{'errors':>8}{'CPU/event':>12}{'CPU/stream':>12}")
+        for c in (1, 64):
+            n = (8 if c == 1 else 128) * (1 if quick else 4)
+            cpu: dict[str, list[float]] = {name: [] for name, *_ in contenders}
+            errs = dict.fromkeys(cpu, 0)
+            for _ in range(3):
+                for name, authority, path, pid in contenders:
+                    c0 = _tree_cpu([pid])
+                    _, _, e = await run_load(s, [(authority, path)], c, n, True)
+                    cpu[name].append((_tree_cpu([pid]) - c0) / n)
+                    errs[name] += e
+            for name, *_ in contenders:
+                per = statistics.median(cpu[name])
+                print(f"{name:<9}{c:>16}{n:>9}{n * per_stream:>9}{errs[name]:>8}{per / per_stream * 1e6:>9.1f} us"
+                      f"{per * 1e6:>9.0f} us{'  (not a figure: streams failed)' if errs[name] else ''}", flush=True)
+    finally:
+        await s.close()
+        if nginx is not None:
+            nginx.terminate()
+            nginx.wait(10)
+
+
 # ---------------------------------------------------------------- PrefixHash
 def prefix_quality(endpoints: int = 8, tenants: int = 200, requests: int = 50000, in_flight: int = 256, seed: int = 1) -> None:
     """Event simulation of the CHWBL choice: Zipf-popular tenant prefixes, requests finishing at random."""
@@ -514,6 +563,9 @@ def main() -> int:
     ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure nginx and LiteLLM's proxy (installed into the bench's own environment when missing)")
     ap.add_argument("--only-peers", action="store_true", help="only the peers comparison")
+    ap.add_argument("--only-chunks", action="store_true",
+                    help="only the CPU per relayed SSE event, ours beside nginx (--stream-chunks events a stream)")
+    ap.add_argument("--stream-chunks", type=int, default=100, help="--only-chunks: SSE chunks a stream carries")
     args = ap.parse_args()
     _raise_nofile()
     factory = _loop_factory()
@@ -529,6 +581,8 @@ def main() -> int:
                      f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
     if args.only_auth:
         return _only_auth(args, factory, backend)
+    if args.only_chunks:
+        return _only_chunks(args, factory, backend)
     proxy = _spawn("proxy", f"--port={args.port}")
     extra: list[subprocess.Popen] = []
     try:
@@ -570,7 +624,23 @@ def _only_auth(args: argparse.Namespace, factory: Any, backend: subprocess.Popen
     return 0
 
 
+def _only_chunks(args: argparse.Namespace, factory: Any, backend: subprocess.Popen) -> int:
+    streaming = _spawn("backend", "--service-ms=1", "--service-jitter=0", f"--chunk-ms={args.chunk_ms}",
+                       f"--chunks={args.stream_chunks}", f"--backend-port={CHUNKS_PORT}")
+    proxy = _spawn("proxy", f"--port={args.port + 30}", f"--backend-port={CHUNKS_PORT}")
+    try:
+        with asyncio.Runner(loop_factory=factory) as r:
+            r.run(chunks_phase(args.port + 30, proxy.pid, args.stream_chunks, args.quick))
+        print(f"\nload average at the end: {load_avg()}")
+    finally:
+        for p in (proxy, streaming, backend):
+            p.terminate()
+            p.wait(10)
+    return 0
+
+
 if __name__ == "__main__":
     _tree = next((a.partition("=")[2] for a in sys.argv if a.startswith("--tree=")), None)
     sys.path.insert(0, _tree or str(Path(__file__).resolve().parents[1]))
     raise SystemExit(main())
+

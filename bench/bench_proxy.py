@@ -168,8 +168,9 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = Fal
                                      "annotations": {"model-pod-port": str(backend_port)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     # the limits `kaiwo-ctrl proxy` runs with by default (a request deadline among them)
+    # (auth only when asked: a --baseline-tree from before the caller checks has no such argument)
     handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits(),
-                           auth=_warm_authorizer() if auth else None)
+                           **({"auth": _warm_authorizer()} if auth else {}))
     server = ProxyServer(handler, ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
     await server.started.wait()

@@ -17,16 +17,16 @@ annotation and ``status.cache.loaded`` turns true on that pass too.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.observe.events import ComponentRecorder
-from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
-from kaiwo_ctrl.runtime.control.expectations import Expectations
+from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
 from kaiwo_ctrl.runtime.api.resources import JOBS, PODS, PVCS
 
@@ -156,40 +156,36 @@ def record(uid: str) -> str:
     return json.dumps({"uid": uid, "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
 
 
-class Host(Protocol):
-    """What the cache state machine uses of the Model reconciler (it does not import it)."""
+@dataclass(frozen=True)
+class CacheParts:
+    """What the cache state machine works with (given by the Model controller, not the controller
+    itself). It writes its Jobs and the shared PVC; of the Model, only the release of its finalizer once
+    a deleted Model's files are evicted. Adding that finalizer is part of the controller's one metadata
+    patch of a pass (:func:`finalizers_with_eviction`), and what the cache state means for the Model's
+    status is returned, never written here."""
 
-    @property
-    def client(self) -> Client: ...
-    @property
-    def events(self) -> ComponentRecorder: ...
-    @property
-    def source(self) -> ConfigSource: ...
-    @property
-    def jobs(self) -> Informer: ...
-    @property
-    def pvcs(self) -> Informer: ...
-    @property
-    def expectations(self) -> Expectations: ...
-    def namespace_config(self, ns: str) -> Mapping[str, Any] | None: ...
+    client: Client
+    events: ComponentRecorder
+    source: ConfigSource
+    jobs: Informer
+    pvcs: Informer
+    namespace_config: Callable[[str], Mapping[str, Any] | None]
+
+
+def finalizers_with_eviction(model: Mapping[str, Any]) -> list[str] | None:
+    """The Model's finalizers with ``kubeai.org/cache-eviction`` added, or None when it needs no change
+    (no cache profile, or already there). A Model with a cache profile carries it from its first pass,
+    before a loader Job can write files, so its files are evicted whenever it is deleted."""
+    meta = model.get("metadata") or {}
+    fins = list(meta.get("finalizers") or [])
+    if not (model.get("spec") or {}).get("cacheProfile") or FINALIZER in fins:
+        return None
+    return [*fins, FINALIZER]
 
 
 class CacheManager:
-    def __init__(self, rec: Host) -> None:
-        self.rec = rec
-
-    async def _ensure_finalizer(self, model: dict[str, Any]) -> None:
-        meta = model["metadata"]
-        fins = list(meta.get("finalizers") or [])
-        if FINALIZER in fins:
-            return
-        base = meta["resourceVersion"]
-        patch = {"metadata": {"resourceVersion": base, "finalizers": [*fins, FINALIZER]}}
-        out = strip_managed_fields(await self.rec.client.patch(MODELS, meta["name"], patch, meta.get("namespace")))
-        # read back until the cache shows it; the rest of this pass goes on from the new version
-        self.rec.expectations.wrote((MODELS.kind, meta.get("namespace") or "", meta["name"]), base, out)
-        meta["resourceVersion"] = out["metadata"]["resourceVersion"]
-        meta["finalizers"] = out["metadata"].get("finalizers")
+    def __init__(self, parts: CacheParts) -> None:
+        self.rec = parts
 
     async def ensure_loaded(self, model: dict[str, Any], config: SystemConfig, ns_config: Any = None) -> tuple[bool, str]:
         """Drive the loader: (True, "") once the cache holds this Model's files,
@@ -200,7 +196,6 @@ class CacheManager:
         pvc = self.rec.pvcs.get(pvc_name(profile), ns)
         if pvc is None:
             pvc = await self.rec.client.create(PVCS, desired_pvc(ns, profile, config.cache_profiles[profile]))
-        await self._ensure_finalizer(model)
         annotation = (pvc["metadata"].get("annotations") or {}).get(PVC_ANNOTATION_PREFIX + name)
         loaded = False
         try:

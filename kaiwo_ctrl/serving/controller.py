@@ -2,8 +2,9 @@
 
 One reconcile per Model reads the caches and, in order:
 
-1. keeps the ``features.kubeai.org/<Feature>`` labels and, unless
-   ``autoscalingDisabled``, the replica bounds on the Model (one patch);
+1. keeps the ``features.kubeai.org/<Feature>`` labels, unless
+   ``autoscalingDisabled`` the replica bounds, and with a cache profile the
+   cache-eviction finalizer on the Model (one patch);
 2. builds the desired Pod; a bad field (profile, cache profile, JSON patch)
    ends in ``ConfigValid=False`` naming it, a Warning event and no Pod
    changes; other Models are unaffected and the Model is retried when the
@@ -11,7 +12,8 @@ One reconcile per Model reads the caches and, in order:
 3. syncs the files ConfigMap (and, with ``proxy.mode: external``, the headless Service);
 4. runs the cache state machine when a cache profile is set (:mod:`.cache`);
 5. executes the rollout plan (:mod:`.rollout`);
-6. writes ``status`` only when it differs.
+6. writes ``status``, at one place (:meth:`ModelReconciler.reconcile`), only when it
+   differs: every step above returns what the status should be (:class:`Outcome`).
 
 Caches lag behind our own writes, so a reconcile reads the Model through the
 manager's read-your-writes store (:mod:`kaiwo_ctrl.runtime.control.expectations`),
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,6 +93,15 @@ class PodRejected(Exception):
     """The API server refused a server Pod (the message names the field)."""
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What one pass decided: the status the Model should have (None: leave it, e.g. while the cache
+    lags our own Pod writes) and when to come back. The reconcile writes the status at one place."""
+
+    status: dict | None
+    result: Result | None = None
+
+
 class ModelReconciler:
     def __init__(self, mgr: Manager, source: ConfigSource, adapter_limits: AdapterLimits | None = None) -> None:
         self.mgr = mgr
@@ -107,7 +119,8 @@ class ModelReconciler:
         #: read-your-writes, shared with every writer of this manager
         self.expectations = expectations_for(mgr)
         self.models.add_handler(self.expectations.pruner(MODELS.kind))
-        self.cache = cachelib.CacheManager(self)
+        self.cache = cachelib.CacheManager(cachelib.CacheParts(
+            self.client, self.events, source, self.jobs, self.pvcs, self.namespace_config))
         self.adapters = AdapterSync(self.client, self.expectations, adapter_limits,
                                     on_done=lambda ns, name: self.controller.enqueue(Request(ns, name)))
         self.kueue = KueueAdmission(mgr)
@@ -216,6 +229,13 @@ class ModelReconciler:
             return None
         model = await self._sync_model_object(key, model)
         await self.external.sync(model)
+        outcome = await self._pass(req, key, model)
+        if outcome.status is not None:  # the pass's one status write (only when it differs)
+            await self._set_status(key, model, outcome.status)
+        return outcome.result
+
+    async def _pass(self, req: Request, key: Key, model: dict) -> Outcome:
+        """Desired -> apply -> observe for one Model; what its status should be is returned, not written."""
         config = self.source.current
         queue = self.kueue.queue_of(model)
         try:
@@ -228,19 +248,16 @@ class ModelReconciler:
                 desired = build_pod(model, config, ns_config, queue_labels(model, queue))
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
-            await self._set_status(key, model, desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
-            return None
+            return Outcome(desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
         await self._sync_files(model)
         cache_loaded: bool | None = None
         if (model.get("spec") or {}).get("cacheProfile"):
             cache_loaded, load_error = await self.cache.ensure_loaded(model, config, self.namespace_config(req.namespace))
             if not cache_loaded:
-                status = desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error)
-                await self._set_status(key, model, status)
-                return None
+                return Outcome(desired_status(model, pods=None, config_error=None, cache_loaded=False, cache_error=load_error))
         return await self._reconcile_pods(key, model, desired, queue, cache_loaded)
 
-    async def _reconcile_pods(self, key: Key, model: dict, desired: Any, queue: str | None, cache_loaded: bool | None) -> Result | None:
+    async def _reconcile_pods(self, key: Key, model: dict, desired: Any, queue: str | None, cache_loaded: bool | None) -> Outcome:
         meta = model["metadata"]
         pods = self.model_pods(meta.get("namespace", ""), meta["name"], meta.get("uid"))
         # False while the cache lacks Pods we created or still lists Pods we deleted: its
@@ -249,16 +266,14 @@ class ModelReconciler:
         if queue and (queue_error := await self._ensure_local_queue(model, queue)):
             status = desired_status(model, pods=pods if seen else None, config_error=None, cache_loaded=cache_loaded,
                                     quota=Quota("False", "LocalQueueError", queue_error))
-            await self._set_status(key, model, status)
-            return Result(requeue_after=REJECTED_RETRY)
+            return Outcome(status, Result(requeue_after=REJECTED_RETRY))
         if not seen:
-            return None  # the watch events of those Pods enqueue the Model again
+            return Outcome(None)  # the watch events of those Pods enqueue the Model again
         try:
             pods = await self._execute(key, model, pods, desired, self.source.current.surge)
         except PodRejected as e:
             status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, pod_error=str(e))
-            await self._set_status(key, model, status)
-            return None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY)
+            return Outcome(status, None if self._priority_class_missing(model) else Result(requeue_after=REJECTED_RETRY))
         for name in await self.kueue.ungate(self.client, pods) if queue else ():
             self.events.normal(model, "PodAdmitted", f"Kueue admitted server Pod {name}; removed gate {OPERATOR_GATE}")
         quota = self._quota(model, pods) if queue else None
@@ -266,9 +281,8 @@ class ModelReconciler:
         adapters = self.adapters.sync(model, pods)
         for message in new_failures(model, adapters.failed):
             self.events.warning(model, "AdapterSyncFailed", message[:1024])
-        await self._set_status(key, model, desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded,
-                                                          quota=quota, adapters=adapters))
-        return Result(requeue_after=adapters.retry_after) if adapters.retry_after else None
+        status = desired_status(model, pods=pods, config_error=None, cache_loaded=cache_loaded, quota=quota, adapters=adapters)
+        return Outcome(status, Result(requeue_after=adapters.retry_after) if adapters.retry_after else None)
 
     async def _ensure_local_queue(self, model: dict, queue: str) -> str | None:
         """The LocalQueue of a Model under Kueue; an error message when it cannot be made."""
@@ -298,15 +312,18 @@ class ModelReconciler:
         return bool(name) and self.priority_classes.get(str(name)) is None
 
     async def _sync_model_object(self, key: Key, model: dict) -> dict:
-        """Feature labels and replica bounds, in one patch guarded by resourceVersion."""
+        """Feature labels, replica bounds and the cache-eviction finalizer, in one patch guarded by resourceVersion."""
         meta, spec = model["metadata"], model.get("spec") or {}
         labels = feature_labels(model)
         replicas = bounded_replicas(spec)
-        if not labels and replicas is None:
+        finalizers = cachelib.finalizers_with_eviction(model)
+        if not labels and replicas is None and finalizers is None:
             return model
         patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"]}}
         if labels:
             patch["metadata"]["labels"] = labels
+        if finalizers is not None:
+            patch["metadata"]["finalizers"] = finalizers
         if replicas is not None:
             patch["spec"] = {"replicas": replicas}
         out = strip_managed_fields(await self.client.patch(MODELS, meta["name"], patch, meta.get("namespace")))

@@ -15,6 +15,7 @@ from test_serving_support import (  # noqa: F401 - fixtures
     eventually,
     get_model,
     list_pods,
+    models_url,
     patch_model,
     serving_op,
     server,
@@ -351,3 +352,34 @@ async def test_bad_json_patch_and_invalid_reload(serving_op, admin, namespace):
     [new] = await wait_pods(admin, namespace, "patched", 1, pred=lambda p: p["metadata"]["labels"].get("team") == "a",
                             what="patched Pod")
     assert new["metadata"]["labels"]["pod-hash"] != pod["metadata"]["labels"]["pod-hash"]
+
+
+async def test_a_reconcile_writes_the_models_status_once_or_not_at_all(serving_op, admin, namespace):
+    """Each pass computes the Model's status and writes it at one place: a Pod turning Ready costs one status
+    PATCH (not one per step), and a pass that finds nothing changed writes nothing at all."""
+    create_model(admin, namespace, "once")
+    [pod] = await wait_pods(admin, namespace, "once", 1)
+    await eventually(lambda: ((get_model(admin, namespace, "once").get("status") or {}).get("replicas") == {"all": 1, "ready": 0}),
+                     what="status all=1 ready=0")
+    await eventually(quiet(serving_op), timeout=30, interval=0.1, what="controller idle")
+    status_url = models_url(namespace, "once") + "/status"
+    writes: list[tuple[str, str]] = []
+
+    def record(method: str, path: str, status: int, seconds: float) -> None:
+        if method in ("POST", "PUT", "PATCH", "DELETE"):
+            writes.append((method, path))
+
+    serving_op.client.hooks.append(record)
+    try:
+        rec = serving_op.rec
+        done = rec.controller.reconciles
+        rec.controller.enqueue(Request(namespace, "once"))
+        await eventually(lambda: rec.controller.reconciles > done and not rec.controller.active, what="reconcile ran")
+        assert writes == []  # nothing changed: nothing written
+        set_pod_phase(admin, namespace, pod)
+        await eventually(lambda: get_model(admin, namespace, "once")["status"]["replicas"].get("ready") == 1, what="ready=1")
+        await eventually(quiet(serving_op), timeout=30, interval=0.1, what="controller idle")
+        assert writes == [("PATCH", status_url)]  # one status write, and the Pod's readiness changes nothing else
+    finally:
+        serving_op.client.hooks.remove(record)
+    assert condition(get_model(admin, namespace, "once"), "Ready")[:2] == ("True", "PodsReady")

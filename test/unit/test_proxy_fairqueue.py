@@ -3,10 +3,15 @@ saturation predicate that turns it on."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from kaiwo_ctrl.serving.command import add_proxy_arguments, proxy_limits
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.fairgate import tenant_of
 from kaiwo_ctrl.serving.proxy.fairqueue import MAX_WEIGHT, FairQueue, QueueFull, clamp_weight
+from kaiwo_ctrl.serving.proxy.limits import FairLimits
 from kaiwo_ctrl.serving.proxy.saturation import saturated
 from kaiwo_ctrl.serving.proxy.score import EngineSample
 
@@ -152,3 +157,23 @@ def test_saturated(endpoints: list[Endpoint], expected: bool) -> None:
 
 def test_no_cap_without_reports_never_saturates() -> None:
     assert saturated([ep(in_flight=1000)], NOW, max_pending=2, in_flight_cap=0) is False
+
+
+@pytest.mark.parametrize("user, address, expected", [
+    ("system:serviceaccount:team-a:runner", "127.0.0.9", "team-a"),  # a ServiceAccount: its namespace
+    ("alice@example.com", "127.0.0.9", "alice@example.com"),  # a user token: the user
+    (None, "127.0.0.2", "127.0.0.2"),  # --proxy-auth none: the address the server recorded
+    (None, ("namespace", "team-b"), "team-b"),  # the Gateway listener: the route's namespace
+    (None, None, ""),
+])
+def test_tenant_of(user: str | None, address: object, expected: str) -> None:
+    assert tenant_of(user, address) == expected  # type: ignore[arg-type]
+
+
+def test_fair_flags() -> None:
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_proxy_arguments(p)
+    assert proxy_limits(p.parse_args([])).fair == FairLimits()
+    lim = proxy_limits(p.parse_args(["--proxy-fair-queuing", "on", "--proxy-fair-queue-length", "5", "--proxy-fair-queue-wait", "2s",
+                                     "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7"])).fair
+    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7)

@@ -127,9 +127,9 @@ NOW = 100.0
 S = EngineSample
 
 
-def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int = 0, in_flight: int = 0) -> Endpoint:
+def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int = 0, in_flight: int = 0, base: int = 0) -> Endpoint:
     e = Endpoint("ns/p", "10.0.0.1:8000", frozenset(), in_flight, pending=pending)
-    e.engine, e.engine_until = sample, (NOW + 3 if fresh else NOW - 1)
+    e.engine, e.engine_until, e.in_flight_base = sample, (NOW + 3 if fresh else NOW - 1), base
     return e
 
 
@@ -141,6 +141,11 @@ def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int =
     ([ep(sample=S(running=4, kv=0.95))], True),
     ([ep(sample=S(running=4), pending=2)], True),
     ([ep(sample=S(running=4), pending=1)], False),
+    # sent since the report, less what finished: 2 more than at the scrape is no room until the next report ...
+    ([ep(sample=S(running=4), in_flight=6, base=4)], True),
+    ([ep(sample=S(running=4), in_flight=5, base=4)], False),
+    # ... and what finished since makes room again
+    ([ep(sample=S(running=4), in_flight=5, base=6)], False),
     # saturated only when every endpoint is: one with room takes the request (work-conserving)
     ([ep(sample=S(waiting=3)), ep(sample=S(running=1))], False),
     ([ep(sample=S(waiting=3)), ep(sample=S(waiting=1))], True),

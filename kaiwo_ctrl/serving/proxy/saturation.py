@@ -5,8 +5,10 @@ A Model is saturated when no endpoint has room for another request now:
 * an endpoint whose engine reported recently (:func:`.score.fresh`) has room
   while the engine admits at once (:func:`.score.admitting`: no requests
   waiting, KV cache not full) and this replica has fewer than ``max_pending``
-  requests there without a first token (an exact count that is never stale,
-  so releases between two scrapes do not pile up at the engine);
+  requests there without a first token (an exact count that is never stale)
+  and has sent fewer than ``max_pending`` more there than finished since the
+  report (so releases between two scrapes replace what finished instead of
+  piling up in the engine's batch before its next report says so);
 * an endpoint with no fresh report (no metrics, a failed scrape) has room
   while this replica's requests in flight there are under ``in_flight_cap``
   (0: no cap, it always has room -- KubeAI's behaviour, nothing queues).
@@ -26,7 +28,7 @@ from kaiwo_ctrl.serving.proxy.score import Endpoint, admitting, fresh
 
 def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int) -> bool:
     if fresh(ep, now):
-        return admitting(ep.engine) and ep.pending < max_pending
+        return admitting(ep.engine) and ep.pending < max_pending and ep.in_flight - ep.in_flight_base < max_pending
     return in_flight_cap <= 0 or ep.in_flight < in_flight_cap
 
 

@@ -84,7 +84,7 @@ async def _engines_main(n: int) -> None:
     await asyncio.Event().wait()
 
 
-async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: list[str]) -> None:
+async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: list[str], fair: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.serving.proxy import score
@@ -97,6 +97,7 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
     from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
+    from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
     from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
     from kaiwo_ctrl.serving.proxy.resolve import Resolver
     from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
@@ -113,7 +114,9 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
     registry = CollectorRegistry()
     attach_scraper(tracker, registry, ScrapeConfig(interval=scrape))
     # the open proxy (--proxy-auth none): the routing is measured, not callers (bench/RESULTS.md)
-    server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None), ("127.0.0.1", port))
+    # --fair: fair queuing per tenant (the client address, as with --proxy-auth none), the flags' defaults
+    limits = ProxyLimits(fair=FairLimits(enabled=fair))
+    server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None, limits=limits), ("127.0.0.1", port))
     background = [asyncio.create_task(fn()) for fn in tracker.background]
     task = asyncio.create_task(server.run())
     await server.started.wait()
@@ -481,6 +484,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         "(PrefixHash unless @LeastLoad)")
     p.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="one level (64 users), 20 s runs")
+    p.add_argument("--fair", action="store_true", help=argparse.SUPPRESS)  # proxy role: fair queuing on
+    p.add_argument("--tenants", action="store_true", help="issue 41: tenant B steady, tenant A flooding (bench/serving_tenants.py)")
+    p.add_argument("--b-users", type=int, default=16, help="with --tenants: tenant B's users (think --think s between turns)")
+    p.add_argument("--a-users", type=int, default=96, help="with --tenants: tenant A's flooding users (no think time)")
     args = p.parse_args(argv)
     if args.quick:
         args.levels, args.duration, args.warmup = [64], 20.0, 8.0
@@ -492,6 +499,10 @@ if __name__ == "__main__":
     if a.role == "engines":
         asyncio.run(_engines_main(a.engines))
     elif a.role == "proxy":
-        asyncio.run(_proxy_main(a.port, a.strategy, a.scrape_interval, a.engines, a.set))
+        asyncio.run(_proxy_main(a.port, a.strategy, a.scrape_interval, a.engines, a.set, a.fair))
+    elif a.tenants:
+        from serving_tenants import tenants_main
+
+        asyncio.run(tenants_main(a))
     else:
         asyncio.run(main(a))

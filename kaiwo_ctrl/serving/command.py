@@ -22,7 +22,7 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.auth import MODES as AUTH_MODES, AuthConfig
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
 from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
 
@@ -107,6 +107,7 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
     _add_connection_arguments(p)
     _add_engine_metrics_arguments(p)
+    _add_fair_arguments(p)
     _add_auth_arguments(p)
 
 
@@ -135,6 +136,24 @@ def _add_engine_metrics_arguments(p: argparse.ArgumentParser) -> None:
                    help="bound on one engine metrics read, connect included (default 500ms)")
     p.add_argument("--proxy-engine-metrics-max-bytes", type=int, default=int(env("PROXY_ENGINE_METRICS_MAX_BYTES", str(4 << 20))),
                    help="largest engine metrics answer read; a longer one counts as an error (default 4 MiB)")
+
+
+def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
+    """Fair queuing per tenant per Model while it is saturated (issue #41; serving/proxy/fairgate.py)."""
+    env = os.environ.get
+    p.add_argument("--proxy-fair-queuing", choices=("on", "off"), default=env("PROXY_FAIR_QUEUING", "off"),
+                   help="while a Model's engines are saturated, queue its requests per tenant (the caller's namespace; "
+                        "with --proxy-auth none the client address) and release them round-robin (default off)")
+    p.add_argument("--proxy-fair-queue-length", type=_count, default=_count(env("PROXY_FAIR_QUEUE_LENGTH", "64")),
+                   help="requests one tenant may have waiting for one Model (default 64; then 429 with Retry-After)")
+    p.add_argument("--proxy-fair-queue-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_FAIR_QUEUE_WAIT", "30s")),
+                   help="how long a request may wait in its tenant's queue (default 30s; then 429 with Retry-After)")
+    p.add_argument("--proxy-fair-max-pending", type=_count, default=_count(env("PROXY_FAIR_MAX_PENDING", "2")),
+                   help="an engine that reports metrics has room while this replica has fewer requests there without a "
+                        "first token (default 2) and it reports none waiting and a KV cache under 90%%")
+    p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),
+                   help="an engine without metrics has room while this replica has fewer requests in flight there "
+                        "(default 0: no cap, such engines never saturate)")
 
 
 def _add_auth_arguments(p: argparse.ArgumentParser) -> None:
@@ -175,6 +194,9 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         request_timeout=args.proxy_request_timeout or None,
         max_headers=args.proxy_max_header_count, max_pipelined=args.proxy_max_pipelined,
         min_body_rate=args.proxy_min_body_rate, body_memory_per_client=args.proxy_body_memory_per_client,
+        fair=FairLimits(enabled=args.proxy_fair_queuing == "on", max_queue=args.proxy_fair_queue_length,
+                        max_wait=args.proxy_fair_queue_wait, max_pending=args.proxy_fair_max_pending,
+                        in_flight_cap=max(0, args.proxy_fair_in_flight_cap)),
     )
 
 

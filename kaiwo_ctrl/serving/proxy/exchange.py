@@ -50,7 +50,7 @@ class ModelState:
 
 
 class Exchange:
-    __slots__ = ("handler", "group", "target", "key", "size", "tokens", "waited", "sent_at", "wait_limit")
+    __slots__ = ("handler", "group", "target", "key", "size", "tokens", "waited", "sent_at", "wait_limit", "tenant")
 
     def __init__(self, handler: Any, group: Group, target: Target, wait_limit: float | None = None) -> None:
         self.handler, self.group, self.target, self.wait_limit = handler, group, target, wait_limit
@@ -59,9 +59,18 @@ class Exchange:
         self.tokens = 0.0  # the prompt tokens the current attempt's endpoint has to prefill (an estimate)
         self.waited = 0.0
         self.sent_at = 0.0
+        self.tenant = ""  # whose fair share the request takes (see .fairgate)
 
     async def acquire(self, skip: frozenset[str]) -> Endpoint:
-        """An endpoint of the Model, waited for at most ``wait_limit`` (then a 504)."""
+        """An endpoint of the Model; a first attempt waits its tenant's turn while the Model is saturated (429 past
+        the fair queue's bounds), then for an endpoint at most ``wait_limit`` (504)."""
+        fair = self.handler.fair
+        if fair is not None and not skip:  # a retry does not queue again
+            t = self.target
+            return await fair.acquire((t.namespace, t.name), self.group, self.tenant, lambda: self._pick(skip))
+        return await self._pick(skip)
+
+    async def _pick(self, skip: frozenset[str]) -> Endpoint:
         chosen = self.handler._choose(self.group, self.target, self.key, skip, self.size)
         if chosen is not None:  # one is free: no wait to time
             ep, self.tokens = chosen

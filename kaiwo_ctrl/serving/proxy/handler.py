@@ -42,6 +42,7 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
 from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
 from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
+from kaiwo_ctrl.serving.proxy.fairgate import FairGate, tenant_of
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.listing import ModelListing
@@ -59,7 +60,7 @@ CONNECT_TIMEOUT = 5.0
 JSON_ROUTES = frozenset({"chat/completions", "completions", "embeddings", "rerank", "responses"})
 ROUTES = JSON_ROUTES | {"audio/transcriptions"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error", 409: "conflict_error",
-                504: "timeout_error"}
+                429: "rate_limit_exceeded", 504: "timeout_error"}
 
 
 _JSON = (b"Content-Type", b"application/json")
@@ -78,6 +79,8 @@ def error_response(status: int, message: str, **extra: Any) -> Response:
         headers.append((b"WWW-Authenticate", b'Bearer realm="kaiwo-proxy"'))
     elif status == 503:
         headers.append((b"Retry-After", b"1"))
+    elif status == 429:
+        headers.append((b"Retry-After", str(int(extra.get("retry_after", 1))).encode()))
     return Response(status, headers, orjson.dumps({"error": err}))
 
 
@@ -103,12 +106,15 @@ class ProxyHandler:
         # error, so the request is retried elsewhere instead of hanging on an unreachable IP.
         self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0, buffer_limit=UPSTREAM_BUFFER,
                          max_head_bytes=limits.max_upstream_head_bytes)
+        self.fair = FairGate(limits.fair, metrics) if limits.fair.enabled else None
 
     async def start(self) -> None:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
 
     async def close(self) -> None:
         self.deadlines.close()
+        if self.fair is not None:
+            await self.fair.close()
         await self.pool.close()
 
     # ------------------------------------------------------------- routes
@@ -241,6 +247,8 @@ class ProxyHandler:
         st.active.inc()
         ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
         ex.key = key
+        caller = request.admitted if isinstance(request.admitted, Caller) else None
+        ex.tenant = tenant_of(caller.user.get("user") if caller else None, request.budget_key)
         if not isinstance(body, StreamBody):
             ex.size = len(body)
         code = 0

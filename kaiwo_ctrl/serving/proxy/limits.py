@@ -32,6 +32,24 @@ UPSTREAM_BUFFER = 256 << 10
 
 
 @dataclass(frozen=True)
+class FairLimits:
+    """Fair queuing per tenant per Model (see .fairgate); each field a flag."""
+
+    #: off (the default): requests are never queued by tenant (the engines' queues are shared first come, first served)
+    enabled: bool = False
+    #: requests one tenant may have waiting for one Model (more: 429)
+    max_queue: int = 64
+    #: seconds a request may wait in its tenant's queue (then 429)
+    max_wait: float = 30.0
+    #: tenants waiting for one Model at once (more: 429)
+    max_tenants: int = 256
+    #: of an engine that reports, this replica's requests there without a first token at most (else it has no room)
+    max_pending: int = 2
+    #: of an engine that does not report, this replica's requests in flight there at most (0: no cap, never queue)
+    in_flight_cap: int = 0
+
+
+@dataclass(frozen=True)
 class ProxyLimits:
     #: from a request's first byte to the end of its head (408 after)
     head_timeout: float = 30.0
@@ -65,3 +83,5 @@ class ProxyLimits:
     endpoint_wait: float = 600.0
     #: the overall deadline of a request, streaming included, unless the Model's annotation sets one (504); None: none
     request_timeout: float | None = 1800.0
+    #: fair queuing per tenant per Model while the Model is saturated (issue #41)
+    fair: FairLimits = FairLimits()

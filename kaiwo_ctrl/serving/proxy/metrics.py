@@ -20,6 +20,10 @@
   ``kaiwo_proxy_auth_reviews_total{review,outcome}`` - TokenReviews (``token``) and
   SubjectAccessReviews (``sar``) by outcome (``allowed``, ``denied``, ``error``, ``busy``:
   not made, too many in flight). Cache hits make no review.
+* fair queuing (issue #41), per Model and tenant (at most 64 tenant values per Model, then ``other``):
+  ``kaiwo_proxy_fair_requests_total{...,tenant,outcome}`` (``direct``: not saturated, not queued;
+  ``queued``; ``released``; ``rejected``: 429), ``kaiwo_proxy_fair_queue_length`` and
+  ``kaiwo_proxy_fair_wait_seconds`` (time in the queue of released and expired requests).
 
 They are :mod:`kaiwo_ctrl.runtime.observe.lean` series: updated with plain
 arithmetic on every request, exposed like prometheus_client's own.
@@ -60,6 +64,12 @@ class ProxyMetrics:
         )
         self.auth_refused = LeanCounter("kaiwo_proxy_auth_refused", "Requests refused by the caller check, by status code",
                                         ("code",), registry=r)
+        fair = (*LABELS, "tenant")
+        self.fair_requests = LeanCounter("kaiwo_proxy_fair_requests", "Requests through the fair queue by tenant and outcome",
+                                         (*fair, "outcome"), registry=r)
+        self.fair_queue = LeanGauge("kaiwo_proxy_fair_queue_length", "Requests waiting in the fair queue per tenant", fair, registry=r)
+        self.fair_wait = LeanHistogram("kaiwo_proxy_fair_wait_seconds", "Time requests waited in the fair queue", fair,
+                                       buckets=DURATION_BUCKETS, registry=r)
         self.auth_reviews = LeanCounter("kaiwo_proxy_auth_reviews", "Token and access reviews of proxy callers, by outcome",
                                         ("review", "outcome"), registry=r)
         for outcome in ("home", "spill", "fallback"):

@@ -1,0 +1,143 @@
+"""``bench_serving.py --tenants`` (issue #41): does one tenant's flood raise another's time to first token?
+
+Same engines and conversations as bench_serving.py. Tenant B (``--b-users`` users, ``--think`` s between turns,
+from 127.0.0.3) is the steady one; tenant A (``--a-users`` users, no think time, from 127.0.0.2) floods. Each
+strategy runs twice: B alone, then B under A's flood. A tenant is its client address (the proxy as with
+``--proxy-auth none``). A's requests refused with 429 are counted and A goes on after 50 ms (it ignores
+``Retry-After``, as a flood would).
+
+Reported per strategy and proxy count: B's TTFT p50/p99 alone and under the flood, the ratio of the p99s, each
+tenant's goodput (output tokens/s of answered requests in the window), the engines' total (A + B), A's 429s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import random
+import time
+
+import aiohttp
+import orjson
+from bench_serving import ENGINE_PORT, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _words, conversation, pct
+
+A, B = "127.0.0.2", "127.0.0.3"
+ROWS = [(*s, False) for s in STRATEGIES] + [("PrefixHash+engine+fair", "PrefixHash", 1.0, True)]
+
+
+class Tenant:
+    def __init__(self) -> None:
+        self.ttft: list[float] = []
+        self.tokens = 0
+        self.rejected = 0
+        self.errors = 0
+
+
+async def _chat(http: aiohttp.ClientSession, url: str, messages: list, max_tokens: int) -> tuple[int, float, str]:
+    body = orjson.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens, "stream": True})
+    t0 = time.perf_counter()
+    ttft, text, buf = -1.0, [], b""
+    async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        if r.status != 200:
+            await r.read()
+            return r.status, 0.0, ""
+        async for chunk in r.content.iter_any():
+            buf += chunk
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                if ev.startswith(b"data: {"):
+                    if ttft < 0:
+                        ttft = time.perf_counter() - t0
+                    text.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
+    return 200, ttft, "".join(text)
+
+
+async def tenant_load(address: str, urls: list[str], users: int, think: float, args: argparse.Namespace, seed: int,
+                      random_route: bool) -> Tenant:
+    out = Tenant()
+    start = time.perf_counter()
+    measure_from, stop_at = start + args.warmup, start + args.duration
+    conn = aiohttp.TCPConnector(local_addr=(address, 0), limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=args.duration + 60)) as http:
+        async def user(u: int) -> None:
+            rng, route_rng = random.Random(seed * 1000 + u), random.Random(seed * 7919 + u)
+            url = urls[u % len(urls)]
+            while time.perf_counter() < stop_at:
+                conv = conversation(rng, args.scale)
+                messages = [{"role": "system", "content": SYSTEM},
+                            {"role": "user", "content": f"[{address}:{u}:{rng.random():.6f}] " + _words(rng, conv.first)}]
+                for user_tokens, reply_tokens in conv.turns:
+                    if time.perf_counter() >= stop_at:
+                        return
+                    if random_route:
+                        url = route_rng.choice(urls)
+                    t = time.perf_counter()
+                    try:
+                        code, ttft, reply = await _chat(http, url, messages, reply_tokens)
+                    except (OSError, ValueError, KeyError, asyncio.TimeoutError):
+                        code, ttft, reply = 0, 0.0, ""
+                    if code != 200:
+                        out.rejected += code == 429
+                        out.errors += code != 429
+                        await asyncio.sleep(0.05)
+                        break
+                    if t >= measure_from:
+                        out.ttft.append(ttft)
+                        out.tokens += reply_tokens
+                    messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": _words(rng, user_tokens)}]
+                    if think:
+                        await asyncio.sleep(rng.lognormvariate(math.log(think), 0.6))
+
+        await asyncio.gather(*(user(u) for u in range(users)))
+    return out
+
+
+async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fair: bool, replicas: int, flood: bool) -> dict:
+    await _reset(args.engines)
+    procs = []
+    if strategy is None:
+        urls = [f"http://{h}:{ENGINE_PORT}/v1/chat/completions" for h in HOSTS[:args.engines]]
+    else:
+        urls = []
+        for i in range(replicas):
+            procs.append(_spawn("proxy", f"--port={PROXY_PORT + i}", f"--strategy={strategy}", f"--engines={args.engines}",
+                                f"--scrape-interval={scrape and args.scrape_interval}", *(["--fair"] if fair else [])))
+            urls.append(f"http://127.0.0.1:{PROXY_PORT + i}/openai/v1/chat/completions")
+        await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
+    try:
+        loads = [tenant_load(B, urls, args.b_users, args.think, args, args.seed, strategy is None)]
+        if flood:
+            loads.append(tenant_load(A, urls, args.a_users, 0.0, args, args.seed + 500, strategy is None))
+        got = await asyncio.gather(*loads)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.communicate()
+    window = args.duration - args.warmup
+    b, a = got[0], (got[1] if flood else Tenant())
+    return {"p50": pct(b.ttft, 50), "p99": pct(b.ttft, 99), "b_tps": b.tokens / window, "a_tps": a.tokens / window,
+            "a_429": a.rejected, "errors": a.errors + b.errors, "n": len(b.ttft)}
+
+
+async def tenants_main(args: argparse.Namespace) -> None:
+    engines = _spawn("engines", f"--engines={args.engines}")
+    try:
+        print(f"# tenants: B {args.b_users} users (think {args.think}s), A {args.a_users} flooding users; "
+              f"{args.duration:.0f}s runs, the first {args.warmup:.0f}s not measured", flush=True)
+        print(f"{'proxies':>7} {'strategy':<24} {'B p50 alone':>11} {'B p99 alone':>11} {'B p50 flood':>11} {'B p99 flood':>11} "
+              f"{'p99 x':>6} {'B tok/s':>8} {'A tok/s':>8} {'total':>8} {'A 429s':>7} {'errors':>6}", flush=True)
+        for replicas in args.replicas:
+            for name, strategy, scrape, fair in ROWS:
+                if args.strategies and name not in args.strategies:
+                    continue
+                if strategy is None and replicas != args.replicas[0]:
+                    continue
+                alone = await one(args, strategy, scrape, fair, replicas, False)
+                flood = await one(args, strategy, scrape, fair, replicas, True)
+                print(f"{replicas:>7} {name:<24} {alone['p50']:>11.3f} {alone['p99']:>11.3f} {flood['p50']:>11.3f} "
+                      f"{flood['p99']:>11.3f} {flood['p99'] / alone['p99']:>6.2f} {flood['b_tps']:>8.0f} {flood['a_tps']:>8.0f} "
+                      f"{flood['b_tps'] + flood['a_tps']:>8.0f} {flood['a_429']:>7} {alone['errors'] + flood['errors']:>6}", flush=True)
+    finally:
+        engines.terminate()
+        engines.wait()

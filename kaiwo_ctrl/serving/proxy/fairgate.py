@@ -1,0 +1,163 @@
+"""The fair-queuing gate in front of the upstream pick (issue #41): one call, :meth:`FairGate.acquire`.
+
+While a Model is not saturated (:mod:`.saturation`) and nothing of it waits,
+a request goes straight to the pick: no queue, no timer, no task switch. Else
+it waits in its tenant's queue (:mod:`.fairqueue`) and one pump task per
+Model releases the queues in fair order, one request at a time, each as soon
+as the Model has room again (checked every ``POLL`` seconds and at each
+endpoint change while anything waits; the released request takes its
+endpoint before the next release is considered, so a release is counted by
+the next check). The pump ends when the queues are empty.
+
+The tenant is the caller's reviewed namespace (:func:`tenant_of`); with
+``--proxy-auth none`` it is the client's address (on the Gateway listener,
+the route's namespace), never a request header: a client cannot claim
+another tenant's share. Several proxy replicas each queue what they receive;
+all of them stop releasing on the same engine reports.
+
+Refusals are 429 with ``Retry-After`` in OpenAI's error shape: a full tenant
+queue, too many tenants waiting, or ``max_wait`` spent in the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
+
+from kaiwo_ctrl.serving.proxy.endpoints import Group
+from kaiwo_ctrl.serving.proxy.fairqueue import FairQueue, QueueFull
+from kaiwo_ctrl.serving.proxy.limits import FairLimits
+from kaiwo_ctrl.serving.proxy.resolve import ProxyError
+from kaiwo_ctrl.serving.proxy.saturation import saturated
+
+T = TypeVar("T")
+POLL = 0.01  # how often a pump looks for room while requests wait (engine reports and first tokens do not notify)
+MAX_TENANT_LABELS = 64  # tenant label values per Model in the metrics; later tenants are labelled "other"
+_SA_PREFIX = "system:serviceaccount:"
+
+
+def tenant_of(user: str | None, address: Hashable) -> str:
+    """A request's tenant: a ServiceAccount's namespace, a user's name, else (no reviewed caller) the client's
+    address or the Gateway route's namespace as the server recorded it -- never anything the request says."""
+    if user:
+        if user.startswith(_SA_PREFIX):
+            return user[len(_SA_PREFIX):].split(":", 1)[0]
+        return user
+    if isinstance(address, tuple):  # the Gateway listener's ("namespace", <route namespace>)
+        return str(address[-1])
+    return str(address) if address is not None else ""
+
+
+class FairGate:
+    def __init__(self, limits: FairLimits, metrics: Any = None, weight: Callable[[str], int] | None = None) -> None:
+        self.limits = limits
+        self.metrics = metrics  # ProxyMetrics (its fair_* series), or None
+        self.weight = weight
+        self._queues: dict[tuple[str, str], FairQueue] = {}
+        self._pumps: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._labels: dict[tuple[str, str], set[str]] = {}
+
+    def waiting(self, key: tuple[str, str], tenant: str) -> int:
+        q = self._queues.get(key)
+        return q.waiting(tenant) if q else 0
+
+    def _saturated(self, group: Group) -> bool:
+        lim = self.limits
+        return saturated(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap)
+
+    def _label(self, key: tuple[str, str], tenant: str) -> str:
+        seen = self._labels.setdefault(key, set())
+        if tenant in seen:
+            return tenant
+        if len(seen) < MAX_TENANT_LABELS:
+            seen.add(tenant)
+            return tenant
+        return "other"
+
+    def _count(self, key: tuple[str, str], tenant: str, outcome: str, waited: float | None = None) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        label = self._label(key, tenant)
+        m.fair_requests.labels(*key, label, outcome).inc()
+        if waited is not None:
+            m.fair_wait.labels(*key, label).observe(waited)
+        q = self._queues.get(key)
+        m.fair_queue.labels(*key, label).set(q.waiting(tenant) if q else 0)
+
+    async def acquire(self, key: tuple[str, str], group: Group, tenant: str, pick: Callable[[], Awaitable[T]]) -> T:
+        """``pick()`` (the upstream pick), once this request's turn has come; ProxyError 429 past the bounds."""
+        q = self._queues.get(key)
+        if not self.limits.enabled or ((q is None or not len(q)) and not self._saturated(group)):
+            if self.metrics is not None:
+                self.metrics.fair_requests.labels(*key, self._label(key, tenant), "direct").inc()
+            return await pick()
+        if q is None:
+            lim = self.limits
+            q = self._queues[key] = FairQueue(lim.max_queue, lim.max_wait, lim.max_tenants, self.weight)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[asyncio.Event] = loop.create_future()
+        t0 = loop.time()
+        try:
+            ticket = q.enqueue(tenant, t0, fut)
+        except QueueFull as e:
+            self._count(key, tenant, "rejected")
+            raise ProxyError(429, f"Too Many Requests: {e}", retry_after=e.retry_after) from None
+        self._count(key, tenant, "queued")
+        if key not in self._pumps:
+            self._pumps[key] = asyncio.create_task(self._pump(key, group, q))
+        try:
+            picked = await fut
+        except asyncio.CancelledError:
+            q.cancel(ticket)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                fut.result().set()  # released, then the client went away: the pump goes on at once
+            raise
+        except TimeoutError:
+            self._count(key, tenant, "rejected", loop.time() - t0)
+            raise ProxyError(429, "Too Many Requests: waited too long in this tenant's queue for the Model",
+                             retry_after=q.retry_after()) from None
+        self._count(key, tenant, "released", loop.time() - t0)
+        try:
+            return await pick()
+        finally:
+            picked.set()  # the pump may consider the next release
+
+    async def _pump(self, key: tuple[str, str], group: Group, q: FairQueue) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while len(q):
+                for t in q.expire(loop.time()):
+                    if not t.payload.done():
+                        t.payload.set_exception(TimeoutError())
+                if not len(q):
+                    break
+                if self._saturated(group):
+                    changed = group.changed()
+                    try:
+                        async with asyncio.timeout(POLL):
+                            await changed.wait()
+                    except TimeoutError:
+                        pass
+                    continue
+                ticket = q.release()
+                if ticket is None or ticket.payload.done():
+                    continue
+                picked = asyncio.Event()
+                ticket.payload.set_result(picked)
+                try:
+                    async with asyncio.timeout(1.0):  # bounded: a released request that never picks holds up no one
+                        await picked.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            self._pumps.pop(key, None)
+            if not len(q):
+                self._queues.pop(key, None)
+
+    async def close(self) -> None:
+        for task in list(self._pumps.values()):
+            task.cancel()
+        self._pumps.clear()

@@ -48,7 +48,7 @@ from .adapters import AdapterLimits, AdapterSync, new_failures
 from .admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
 from .config import ConfigSource
 from .external import ExternalMode
-from .files import configmap_name, desired_configmap
+from .files import sync_files
 from .modelfields import bounded_replicas, feature_labels
 from .pods import LABEL_APP, LABEL_MODEL, build_pod
 from .rollout import plan
@@ -249,7 +249,7 @@ class ModelReconciler:
         except FieldError as e:
             self.events.warning(model, "InvalidConfig", str(e))
             return Outcome(desired_status(model, pods=None, config_error=str(e), cache_loaded=None))
-        await self._sync_files(model)
+        await sync_files(self.client, self.configmaps, model)
         cache_loaded: bool | None = None
         if (model.get("spec") or {}).get("cacheProfile"):
             cache_loaded, load_error = await self.cache.ensure_loaded(model, config, self.namespace_config(req.namespace))
@@ -329,30 +329,6 @@ class ModelReconciler:
         out = strip_managed_fields(await self.client.patch(MODELS, meta["name"], patch, meta.get("namespace")))
         self.expectations.wrote(key, meta["resourceVersion"], out)
         return out
-
-    async def _sync_files(self, model: dict) -> None:
-        meta = model["metadata"]
-        ns, name = meta.get("namespace"), configmap_name(meta["name"])
-        want = desired_configmap(model)
-        have = self.configmaps.get(name, ns)
-        if want is None:
-            if have is not None:
-                await self.client.delete(CONFIGMAPS, name, ns, uid=have["metadata"].get("uid"))
-            return
-        set_controller_reference(want, model, owner_namespaced=True)
-        if have is None:
-            try:
-                await self.client.create(CONFIGMAPS, want)
-                return
-            except ApiError as e:
-                if not e.already_exists:
-                    raise
-                have = await self.client.get(CONFIGMAPS, name, ns)  # e.g. made by KubeAI before migration
-        if (have.get("data") or {}) != want["data"] or (have["metadata"].get("labels") or {}) != want["metadata"]["labels"]:
-            body = {**have, "data": want["data"]}
-            body["metadata"] = {**have["metadata"], "labels": want["metadata"]["labels"],
-                                "ownerReferences": want["metadata"]["ownerReferences"]}
-            await self.client.replace(CONFIGMAPS, body)
 
     async def _execute(self, key: Key, model: dict, pods: list[dict], desired: Any, surge: int) -> list[dict]:
         replicas = (model.get("spec") or {}).get("replicas") or 0

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kaiwo_ctrl.runtime.api.client import ApiError, Client
+from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
+
 VOLUME = "model-files"
 
 
@@ -53,3 +58,30 @@ def desired_configmap(model: dict[str, Any]) -> dict[str, Any] | None:
         },
         "data": files_data(files),
     }
+
+
+async def sync_files(client: Client, configmaps: Informer, model: dict[str, Any]) -> None:
+    """The Model's files ConfigMap as :func:`desired_configmap` says (made, updated, or deleted when the
+    Model has no files); one found without our owner (KubeAI's, before a migration) is taken over."""
+    meta = model["metadata"]
+    ns, name = meta.get("namespace"), configmap_name(meta["name"])
+    want = desired_configmap(model)
+    have = configmaps.get(name, ns)
+    if want is None:
+        if have is not None:
+            await client.delete(CONFIGMAPS, name, ns, uid=have["metadata"].get("uid"))
+        return
+    set_controller_reference(want, model, owner_namespaced=True)
+    if have is None:
+        try:
+            await client.create(CONFIGMAPS, want)
+            return
+        except ApiError as e:
+            if not e.already_exists:
+                raise
+            have = await client.get(CONFIGMAPS, name, ns)  # e.g. made by KubeAI before migration
+    if (have.get("data") or {}) != want["data"] or (have["metadata"].get("labels") or {}) != want["metadata"]["labels"]:
+        body = {**have, "data": want["data"]}
+        body["metadata"] = {**have["metadata"], "labels": want["metadata"]["labels"],
+                            "ownerReferences": want["metadata"]["ownerReferences"]}
+        await client.replace(CONFIGMAPS, body)

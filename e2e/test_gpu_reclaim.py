@@ -8,7 +8,9 @@ makes the Jobs, Kueue admits them, kwok runs their Pods."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -67,7 +69,9 @@ def admitted(admin, job: str) -> bool:
     return any(w["metadata"]["name"].startswith(f"job-{job}-") and condition(w, "QuotaReserved").get("status") == "True" for w in items)
 
 
-async def test_on_pressure_reclaims_the_idle_job_for_a_kueue_pending_one(sim_plane, admin, deployed, reclaim_ns, tmp_path):
+@contextlib.asynccontextmanager
+async def running_reclaimer(sim_plane, admin, deployed, tmp_path) -> AsyncIterator[GpuExporter]:
+    """The reclaim runnable in this process as the operator's ServiceAccount, reading the simulated exporter."""
     exporter = GpuExporter()
     await exporter.start()
     sa = deployed["service_account"]["metadata"]
@@ -78,6 +82,27 @@ async def test_on_pressure_reclaims_the_idle_job_for_a_kueue_pending_one(sim_pla
     assert reclaimer is not None
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.run(stop))
+    try:
+        yield exporter
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        await client.close()
+        await exporter.stop()
+
+
+def delete_kaiwojobs(admin, ns: str) -> None:
+    """Free the ClusterQueue's GPUs for the other tests (the quota is cluster-wide)."""
+    for kj in (get(admin, f"{KAIWO}/namespaces/{ns}/kaiwojobs") or {"items": []})["items"]:
+        admin.delete(f"{KAIWO}/namespaces/{ns}/kaiwojobs/{kj['metadata']['name']}", params={"propagationPolicy": "Background"})
+
+
+async def test_on_pressure_reclaims_the_idle_job_for_a_kueue_pending_one(sim_plane, admin, deployed, reclaim_ns, tmp_path):
+    async with running_reclaimer(sim_plane, admin, deployed, tmp_path) as exporter:
+        await _on_pressure(admin, exporter)
+
+
+async def _on_pressure(admin, exporter: GpuExporter) -> None:
     try:
         idle, busy = submit(admin, "idle"), submit(admin, "busy")
         pods = await eventually(lambda: (p, q) if (p := running_pod(admin, "idle")) and (q := running_pod(admin, "busy")) else None,
@@ -97,7 +122,49 @@ async def test_on_pressure_reclaims_the_idle_job_for_a_kueue_pending_one(sim_pla
         await eventually(lambda: admitted(admin, "waiting"), timeout=120, what="Kueue admits the waiting KaiwoJob")
         assert phase(admin, busy) != "Preempted"
     finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await client.close()
-        await exporter.stop()
+        delete_kaiwojobs(admin, NS)
+
+
+def owner_record(admin, ns: str, kind: str, obj: dict) -> dict | None:
+    rec = get(admin, f"{KAIWO}/namespaces/{ns}/gpuworkloads/{owners.record_name(kind, obj['metadata']['name'], obj['metadata']['uid'])}")
+    return rec if rec and (rec.get("status") or {}).get("ownerChain") else None
+
+
+async def test_kaiwoservice_deployment_and_ray_kaiwojob_owners_are_discovered(sim_plane, admin, deployed, reclaim_ns, tmp_path):
+    """The root owner of Pods made by the real controllers: the operator's Deployment for a
+    KaiwoService, kube-controller-manager's ReplicaSet for a plain Deployment, KubeRay's
+    RayCluster for a Ray KaiwoJob's RayJob. Each gets its GpuWorkload, named after the root."""
+    ns = f"{NS}-own"
+    r = admin.post("/api/v1/namespaces", json={"metadata": {"name": ns, "annotations": {PREFIX + "grace-period": "1h"}}})
+    assert r.status_code == 201, r.text
+    meta = {"namespace": ns, "labels": {"app": "gpu-web"}}
+    pod = {"metadata": {"labels": {"app": "gpu-web"}}, "spec": {"containers": [
+        {"name": "web", "image": "nginx:1.27", "resources": {"limits": {"amd.com/gpu": "1"}}}]}}
+    bodies = {
+        "KaiwoService": (f"{KAIWO}/namespaces/{ns}/kaiwoservices", {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoService",
+            "metadata": {"name": "svc", "namespace": ns}, "spec": {"user": "e2e@example.com", "image": "nginx:1.27", "gpus": 1, "replicas": 1}}),
+        "Deployment": (f"/apis/apps/v1/namespaces/{ns}/deployments", {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", **meta}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gpu-web"}}, "template": pod}}),
+        "KaiwoJob": (f"{KAIWO}/namespaces/{ns}/kaiwojobs", {"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoJob",
+            "metadata": {"name": "rayjob", "namespace": ns}, "spec": {"user": "e2e@example.com", "image": "rayproject/ray:2.40.0",
+                                                                         "gpus": 1, "ray": True, "entrypoint": "python -c 'print(1)'"}}),
+    }
+    async with running_reclaimer(sim_plane, admin, deployed, tmp_path):
+        try:
+            created = {}
+            for kind, (path, body) in bodies.items():
+                r = admin.post(path, json=body)
+                assert r.status_code == 201, r.text
+                created[kind] = r.json()
+            chains = {}
+            for kind, obj in created.items():
+                rec = await eventually(lambda kind=kind, obj=obj: owner_record(admin, ns, kind, obj), timeout=180, interval=0.5,
+                                       what=f"the GpuWorkload of the {kind}")
+                assert rec["spec"]["workloadRef"]["kind"] == kind and rec["spec"]["workloadRef"]["uid"] == obj["metadata"]["uid"], rec["spec"]
+                chains[kind] = rec["status"]["ownerChain"]
+            assert chains["KaiwoService"].endswith(" -> Deployment/svc -> KaiwoService/svc"), chains
+            assert chains["Deployment"].startswith("Pod/web-") and chains["Deployment"].endswith(" -> Deployment/web"), chains
+            assert " -> RayCluster/rayjob" in chains["KaiwoJob"] and chains["KaiwoJob"].endswith(" -> RayJob/rayjob -> KaiwoJob/rayjob"), chains
+        finally:
+            delete_kaiwojobs(admin, ns)
+            admin.delete(f"/api/v1/namespaces/{ns}")

@@ -1,11 +1,10 @@
 """A Ray KaiwoService end to end on the simulated cluster: Kueue admits its AppWrapper,
 the real AppWrapper controller creates the RayService, the real KubeRay runs it, and
 the simulated Ray head (kaiwo_ctrl.local.raydashboard) reports its Serve
-application RUNNING once the Pods are Ready; deleting the KaiwoService removes it all.
-
-Not READY here: the API server refuses the simulated Pods' loopback IPs in
-EndpointSlices, so KubeRay counts no Serve endpoint and keeps the RayService
-Initializing (docs/development.md)."""
+application RUNNING once the Pods are Ready, and writes the serve Service's
+EndpointSlice KubeRay counts (kaiwo_ctrl.local.rayendpoints: TEST-NET addresses,
+since the API server refuses the Pods' loopback IPs), so the RayService becomes
+Ready and the KaiwoService READY; deleting the KaiwoService removes it all."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import uuid
 
 import pytest
 
-from e2e.conftest import get, wait_for
+from e2e.conftest import condition, get, wait_for
 from e2e.test_ray_workloads import KAIWO, NS, ray_ns, ray_pods  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +52,25 @@ def test_ray_service_in_appwrapper_runs_on_kuberay_and_is_removed_whole(ray_ns):
         assert p["metadata"]["annotations"].get("e2e.example.com/note") == "propagated", p["metadata"]["annotations"]
     aw = get(admin, f"{AW}/namespaces/{NS}/appwrappers/{name}")
     assert aw["status"]["phase"] == "Running", aw["status"]
+
+    def kaiwo_status() -> str:
+        return ((get(admin, f"{KAIWO}/namespaces/{NS}/kaiwoservices/{name}") or {}).get("status") or {}).get("status") or ""
+
+    try:
+        wait_for(lambda: kaiwo_status() == "READY", 180, "the KaiwoService READY")
+    except AssertionError as e:
+        seen = {"rayservice": (get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayservices/{name}") or {}).get("status"),
+                "services": [(x["metadata"]["name"], x["metadata"].get("labels")) for x in get(admin, f"/api/v1/namespaces/{NS}/services")["items"]],
+                "slices": get(admin, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices")["items"]}
+        raise AssertionError(f"{e}; {seen}") from None
+    rs = get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayservices/{name}")
+    assert condition(rs, "Ready").get("status") == "True" and rs["status"]["numServeEndpoints"] >= 1, rs["status"]
+    # the endpoints KubeRay counted: the Ready Pods the serve Service selects, at never-routed
+    # TEST-NET-1 addresses (RFC 5737); nothing may dial them
+    slices = get(admin, f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector=kubernetes.io/service-name")["items"]
+    serve = [e for s in slices if s["metadata"]["labels"]["kubernetes.io/service-name"].startswith(name) for e in s.get("endpoints") or []]
+    uids = {p["metadata"]["uid"] for p in pods["head"] + pods["worker"]}
+    assert serve and all(e["addresses"][0].startswith("192.0.2.") and e["targetRef"]["uid"] in uids for e in serve), serve
 
     r = admin.delete(f"{KAIWO}/namespaces/{NS}/kaiwoservices/{name}")
     assert r.status_code == 200, r.text

@@ -45,17 +45,20 @@ SECTION = {
     "ValidatingWebhookConfiguration": "webhook", "ServiceMonitor": "monitoring", "PodMonitor": "monitoring",
     "PrometheusRule": "monitoring",
 }
+#: The proxy runs only when enabled and not in KubeAI's external proxy mode.
+PROXY_SERVED = 'and .Values.proxy.enabled (ne .Values.proxy.mode "external")'
 #: Per object (kind, name): the condition the whole template is wrapped in.
 CONDITIONS = {
-    # the proxy's own Deployment, Services, ServiceAccount and roles go with proxy.enabled
-    ("Service", "kaiwo-proxy"): ".Values.proxy.enabled",
-    ("Service", "kaiwo-proxy-gateway"): ".Values.proxy.enabled",
-    ("Deployment", "kaiwo-proxy"): ".Values.proxy.enabled",
-    ("ServiceAccount", "kaiwo-proxy"): ".Values.proxy.enabled",
-    ("ClusterRole", "kaiwo-proxy-role"): ".Values.proxy.enabled",
-    ("ClusterRoleBinding", "kaiwo-proxy-rolebinding"): ".Values.proxy.enabled",
-    ("Role", "kaiwo-proxy-namespace-role"): ".Values.proxy.enabled",
-    ("RoleBinding", "kaiwo-proxy-namespace-rolebinding"): ".Values.proxy.enabled",
+    # the proxy's own Deployment, Services, ServiceAccount and roles go with proxy.enabled, and
+    # with proxy.mode external (KubeAI 0.23: a Gateway routes to each Model's headless Service)
+    ("Service", "kaiwo-proxy"): PROXY_SERVED,
+    ("Service", "kaiwo-proxy-gateway"): PROXY_SERVED,
+    ("Deployment", "kaiwo-proxy"): PROXY_SERVED,
+    ("ServiceAccount", "kaiwo-proxy"): PROXY_SERVED,
+    ("ClusterRole", "kaiwo-proxy-role"): PROXY_SERVED,
+    ("ClusterRoleBinding", "kaiwo-proxy-rolebinding"): PROXY_SERVED,
+    ("Role", "kaiwo-proxy-namespace-role"): PROXY_SERVED,
+    ("RoleBinding", "kaiwo-proxy-namespace-rolebinding"): PROXY_SERVED,
     ("Service", "kaiwo-webhook-service"): ".Values.webhooks.enabled",
     ("MutatingWebhookConfiguration", "*"): ".Values.webhooks.enabled",
     ("ValidatingWebhookConfiguration", "*"): ".Values.webhooks.enabled",

@@ -34,6 +34,8 @@ What is simulated (read from the API server, so it follows the simulated Pods):
   RUNNING (deployments HEALTHY) once every Pod of the cluster is Ready, else
   DEPLOYING.
 * ``/-/healthz`` answers ``success`` while its head Pod is Ready.
+* the serve Services' EndpointSlices, which KubeRay counts to call a RayService
+  Ready (:mod:`.rayendpoints`: TEST-NET addresses, never dialled).
 
 Not simulated: jobs submitted over HTTP (``HTTPMode``: they are recorded and
 stay RUNNING until stopped) and ``SidecarMode``; job logs; Serve deployments'
@@ -59,6 +61,8 @@ from urllib.parse import quote
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.api.apitypes import ApiError
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
+
+from . import rayendpoints
 
 log = logging.getLogger("kaiwo_ctrl.local.raydashboard")
 #: the annotation on a head Pod that makes its simulated Ray job fail
@@ -249,6 +253,7 @@ async def serve_health_listeners(client: Client, listeners: dict[tuple[str, int]
                 listeners[addr] = s
             except OSError as e:
                 log.warning("listening on %s:%d: %s", *addr, e)
+        await rayendpoints.sync_once(client)  # the serve Services' EndpointSlices (see that module)
         await asyncio.sleep(interval)
 
 

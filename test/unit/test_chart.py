@@ -214,10 +214,30 @@ def test_disabling_proxy_webhooks_crds_and_leader_election(helm):
     # the in-cluster listener serves every namespace's Models: never outside the cluster
     (["--set", "proxy.service.type=LoadBalancer"], "proxy.service.type must be ClusterIP, not LoadBalancer"),
     (["--set", "proxy.service.type=NodePort"], "proxy.service.type must be ClusterIP, not NodePort"),
+    (["--set", "proxy.mode=sidecar"], "proxy.mode must be internal or external, not sidecar"),
 ])
 def test_invalid_values_are_refused(helm, bad, message):
     out = subprocess.run([helm, "template", "kaiwo", str(CHART), *bad], capture_output=True, text=True, check=False)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_proxy_mode_external_reaches_the_operator_and_drops_the_proxy(helm, tmp_path):
+    from kaiwo_ctrl.serving.config import load_config
+
+    def model_config(docs: list[dict[str, Any]]) -> str:
+        return str(by_key(docs)[("ConfigMap", "kaiwo-model-config")]["data"]["config.yaml"])
+
+    internal = helm_template(helm)
+    assert "proxy" not in yaml.safe_load(model_config(internal))  # the default renders what kustomize renders
+    assert ("Deployment", "kaiwo-proxy") in by_key(internal)
+    docs = helm_template(helm, "--set", "proxy.mode=external")
+    (tmp_path / "config.yaml").write_text(model_config(docs))
+    assert load_config(tmp_path / "config.yaml").proxy_mode == "external"  # the operator reads the mode
+    # no proxy Deployment, Services or identity: a Gateway routes to the Models' headless Services
+    kinds = by_key(docs)
+    assert not [k for k in kinds if "proxy" in k[1]], [k for k in kinds if "proxy" in k[1]]
+    _, _, c = _deployment(docs)
+    assert "--proxy-bind-address=0" in c["args"]  # nor does the operator serve one
 
 
 #: Sections of a KubeAI chart values file (its keys for the system config), pasted unchanged.

@@ -28,6 +28,7 @@ Secrets, so the rest of a KubeAI secrets section (create, token, ...) is ignored
 {{- $_ := set $c "secretNames" $names -}}
 {{- end -}}
 {{- end -}}
+{{- if eq (toString .Values.proxy.mode) "external" }}{{ $_ := set $c "proxy" (dict "mode" "external") }}{{ end -}}
 {{- toYaml $c -}}
 {{- end -}}
 
@@ -38,6 +39,9 @@ Secrets, so the rest of a KubeAI secrets section (create, token, ...) is ignored
 {{- end -}}
 {{- if not (has .Values.logFormat (list "json" "console")) -}}
 {{- fail "logFormat must be json or console" -}}
+{{- end -}}
+{{- if not (has (toString .Values.proxy.mode) (list "internal" "external")) -}}
+{{- fail (printf "proxy.mode must be internal or external, not %s" (toString .Values.proxy.mode)) -}}
 {{- end -}}
 {{- if ne .Values.proxy.service.type "ClusterIP" -}}
 {{- fail (printf "proxy.service.type must be ClusterIP, not %s: the kaiwo-proxy Service serves every namespace's Models to whoever reaches it; expose Models through a Gateway (AIMNamespaceConfig gateway, the kaiwo-proxy-gateway Service), never a LoadBalancer or NodePort" (toString .Values.proxy.service.type)) -}}

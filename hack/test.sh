@@ -2,10 +2,17 @@
 # Runs the static checks (./hack/lint.sh), builds the docs (mkdocs --strict), then every test: unit, integration
 # (real etcd + kube-apiserver) and e2e.
 # Does its own set-up first (./hack/setup.sh). Extra arguments go to pytest.
+# --real-gateway (first argument): also the opt-in tests through a real Envoy and the Inference Extension's
+# endpoint picker (marker real_gateway), after ./hack/real-gateway.sh installs them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 ./hack/setup.sh
+if [ "${1:-}" = "--real-gateway" ]; then
+  shift
+  parts=$(./hack/real-gateway.sh)
+  export "$(echo "$parts" | grep '^KAIWO_EPP=')" "$(echo "$parts" | grep '^KAIWO_ENVOY=')" KAIWO_REAL_GATEWAY=1
+fi
 ./hack/lint.sh  # ruff, mypy and the layering contracts; a failure stops here
 # the documentation site: --strict turns a broken link or anchor into a failure
 # (NO_MKDOCS_2_WARNING silences the theme's end-of-life notice, which is not about our pages)

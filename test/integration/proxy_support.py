@@ -71,12 +71,13 @@ class FakeOpenAI:
         self.metrics_delay = 0.0
         self.scrapes = 0
 
-    async def start(self) -> FakeOpenAI:
+    async def start(self, port: int = 0) -> FakeOpenAI:
+        """Listen on ``host``:``port`` (0: a free port)."""
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
+        site = web.TCPSite(self._runner, self.host, port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self

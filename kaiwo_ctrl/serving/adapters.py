@@ -46,7 +46,8 @@ from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
 from kaiwo_ctrl.runtime.objects.objpath import key, rv
 from kaiwo_ctrl.runtime.api.resources import PODS
 
-from .pods import ADAPTER_DIR, ADAPTER_LABEL_PREFIX, ADAPTER_LOADER_PORT, ANNOTATION_PORT
+from .podcontract import ADAPTER_LABEL_PREFIX, ANNOTATION_PORT
+from .pods import ADAPTER_DIR, ADAPTER_LOADER_PORT
 
 log = logging.getLogger("kaiwo_ctrl.serving.adapters")
 

@@ -50,7 +50,8 @@ from .config import ConfigSource
 from .external import ExternalMode
 from .files import sync_files
 from .modelfields import bounded_replicas, feature_labels
-from .pods import LABEL_APP, LABEL_MODEL, build_pod
+from .podcontract import LABEL_APP, LABEL_MODEL
+from .pods import build_pod
 from .rollout import plan
 from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 

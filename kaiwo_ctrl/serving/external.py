@@ -36,7 +36,7 @@ from kaiwo_ctrl.runtime.observe.conditions import remove_condition, set_conditio
 
 from .config import ConfigSource, SystemConfig
 from .engines import PORT
-from .pods import LABEL_APP, LABEL_MODEL
+from .podcontract import APP_MODEL, LABEL_APP, LABEL_MODEL
 
 log = logging.getLogger("kaiwo_ctrl.serving.external")
 
@@ -58,7 +58,7 @@ def desired_service(model: Mapping[str, Any]) -> dict[str, Any]:
     """The headless Service of a Model (its owner reference is added by the caller)."""
     meta = model["metadata"]
     # our server Pods carry KubeAI 0.22's labels (app=model, model=<name>): the selector uses them
-    selector = {LABEL_APP: "model", LABEL_MODEL: meta["name"]}
+    selector = {LABEL_APP: APP_MODEL, LABEL_MODEL: meta["name"]}
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -36,7 +36,7 @@ from kaiwo_ctrl.runtime.api.resources import served as kinds_served
 from kaiwo_ctrl.settings import settings_for
 
 from .engines import PORT
-from .pods import LABEL_APP, LABEL_MODEL
+from .podcontract import LABEL_APP, LABEL_MODEL
 
 log = logging.getLogger("kaiwo_ctrl.serving.inferencepool")
 

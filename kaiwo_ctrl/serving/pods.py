@@ -34,14 +34,10 @@ from .config import SystemConfig
 from .engines import ENGINES, MODEL_DIR, PORT, EngineInput
 from .files import files_volume
 from .jsonpatch import PatchError, apply_patch
+from .podcontract import ANNOTATION_PORT, APP_MODEL, LABEL_APP, LABEL_MODEL, LABEL_POD_HASH
 from .profiles import check_cache_profile, resolve_image, resolve_profile
 from .urls import ModelURL, parse_url
 
-LABEL_APP = "app"
-LABEL_MODEL = "model"
-LABEL_POD_HASH = "pod-hash"
-ANNOTATION_PORT = "model-pod-port"
-ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
 ADAPTER_DIR = "/adapters"
 ADAPTER_LOADER_PORT = 8001
 #: Schemes the adapter sidecar may download from (adapters change without a Pod restart).
@@ -76,7 +72,7 @@ def spec_hash(pod_spec: dict[str, Any]) -> str:
 def pod_labels(name: str, engine: str) -> dict[str, str]:
     lower = engine.lower()
     return {
-        LABEL_APP: "model",
+        LABEL_APP: APP_MODEL,
         LABEL_MODEL: name,
         "app.kubernetes.io/name": lower,
         "app.kubernetes.io/instance": f"{lower}-{name}",

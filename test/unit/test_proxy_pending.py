@@ -11,9 +11,16 @@ import asyncio
 import pytest
 
 from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.serving.proxy.balance import Endpoint
-from kaiwo_ctrl.serving.proxy.endpoints import Group
+from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
+from kaiwo_ctrl.serving.proxy.exchange import Exchange
 from kaiwo_ctrl.serving.proxy.forward import UpstreamFailed, forward
+from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.proxy.resolve import Target
+from kaiwo_ctrl.serving.proxy.router import Router
+from prometheus_client import CollectorRegistry
 from support import eventually
 
 
@@ -56,12 +63,18 @@ async def upstream(answer) -> tuple[asyncio.Server, str]:
     return server, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
-async def run_forward(address: str, group: Group, ep: Endpoint, client: Client, pool: Pool):
-    async def acquire(skip):
-        return group.acquire(ep)
+def endpoint(address: str) -> tuple[EndpointTracker, Group, Endpoint]:
+    """The one endpoint of Model ns/m, in the tracker the router picks from."""
+    tracker = EndpointTracker()
+    group, ep = tracker.group(("ns", "m")), Endpoint("ns/p", address)
+    group.upsert(ep)
+    return tracker, group, ep
 
-    return await forward(client, pool, "/v1/completions", b"{}", [], acquire, group.release, lambda reason: None,
-                         on_answer=group.answered)
+
+async def run_forward(tracker: EndpointTracker, client: Client, pool: Pool):
+    router = Router(tracker, Informer(None, MODELS), ProxyMetrics(CollectorRegistry()), None, None)
+    target = Target("ns", "m", "", {"spec": {}}, "m")
+    return await forward(client, pool, "/v1/completions", b"{}", [], router, Exchange(target, "", 2))
 
 
 async def test_a_stream_is_pending_until_its_first_chunk():
@@ -78,10 +91,9 @@ async def test_a_stream_is_pending_until_its_first_chunk():
         await w.drain()
 
     server, address = await upstream(answer)
-    group, ep = Group(), Endpoint("ns/p", address)
-    group.upsert(ep)
+    tracker, group, ep = endpoint(address)
     pool, client = Pool(), Client()
-    task = asyncio.create_task(run_forward(address, group, ep, client, pool))
+    task = asyncio.create_task(run_forward(tracker, client, pool))
     try:
         await eventually(lambda: ep.in_flight == 1, what="sent")
         await asyncio.sleep(0.05)
@@ -113,16 +125,15 @@ async def test_every_attempt_leaves_pending_as_it_was(kind):
     if kind == "refused":
         server.close()
         await server.wait_closed()
-    group, ep = Group(), Endpoint("ns/p", address)
-    group.upsert(ep)
+    tracker, group, ep = endpoint(address)
     pool = Pool(connect_timeout=1, read_timeout=1)
     try:
         if kind == "whole":
-            resp = await run_forward(address, group, ep, Client(), pool)
+            resp = await run_forward(tracker, Client(), pool)
             assert resp.status == 200
         else:
             with pytest.raises(UpstreamFailed):  # every retry fails alike
-                await run_forward(address, group, ep, Client(), pool)
+                await run_forward(tracker, Client(), pool)
         assert (ep.pending, ep.in_flight) == (0, 0)
     finally:
         server.close()

@@ -4,6 +4,7 @@ Requests name a Model; the proxy resolves it from the Model informer, picks a
 Ready server Pod of that Model (endpoints tracked from the Pod informer) by the
 Model's load-balancing strategy, and streams the exchange through. Modules:
 
+* :mod:`.router` - where the upstream is chosen: ``Router.acquire`` -> ``Lease``, the one entry;
 * :mod:`.endpoints` - Ready Pods -> endpoint groups, in-flight counts, waiting;
 * :mod:`.balance` - LeastLoad and PrefixHash (consistent hashing, bounded loads);
 * :mod:`.prefix` - the prompt prefix PrefixHash hashes, per route;

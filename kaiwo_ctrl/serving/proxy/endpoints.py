@@ -33,13 +33,11 @@ from typing import Any
 from kaiwo_ctrl.runtime.cache.cache import Cache
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.api.resources import PODS
+from kaiwo_ctrl.serving.podcontract import ADAPTER_LABEL_PREFIX, POD_SELECTOR
+from kaiwo_ctrl.serving.podcontract import ANNOTATION_PORT as PORT_ANNOTATION
+from kaiwo_ctrl.serving.podcontract import LABEL_MODEL as MODEL_LABEL
 from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.proxy.score import admitting, endpoint_load, fresh, home_acceptable, home_load
-
-POD_SELECTOR = "app=model"
-MODEL_LABEL = "model"
-PORT_ANNOTATION = "model-pod-port"
-ADAPTER_LABEL_PREFIX = "adapter.kubeai.org/"
 
 GroupKey = tuple[str, str]  # (namespace, model name)
 RECENT_KEYS = 4096  # per Model: PrefixHash keys whose last endpoint is remembered (engine-aware choice only)

@@ -5,9 +5,10 @@ otherwise recompute: its deadline, its load-balancing parameters and its
 labelled metric series. It is derived once per version of the cached Model
 (the informer replaces the object on every change, so identity tells).
 
-:class:`Exchange` is one request's state across its attempts: the time spent
-waiting for an endpoint (left out of the proxy's own overhead) and when the
-first upstream request went out; the wait for an endpoint is bounded.
+:class:`Exchange` is one request's state across its attempts: what it asks the
+router for (:meth:`.router.Router.acquire`), the time spent waiting for an
+endpoint (left out of the proxy's own overhead) and when the first upstream
+request went out.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.endpoints import Group
 from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target, request_timeout
+from kaiwo_ctrl.serving.proxy.resolve import Target, request_timeout
 
 
 class ModelState:
@@ -50,47 +50,18 @@ class ModelState:
 
 
 class Exchange:
-    __slots__ = ("handler", "group", "target", "key", "size", "tokens", "waited", "sent_at", "wait_limit", "tenant")
+    """One request's ask of the router (Model, PrefixHash key, body size) and its timing across attempts."""
 
-    def __init__(self, handler: Any, group: Group, target: Target, wait_limit: float | None = None) -> None:
-        self.handler, self.group, self.target, self.wait_limit = handler, group, target, wait_limit
-        self.key = ""  # the PrefixHash key
-        self.size = 0  # the request body's bytes (an estimate of its prompt's length)
-        self.tokens = 0.0  # the prompt tokens the current attempt's endpoint has to prefill (an estimate)
-        self.waited = 0.0
+    __slots__ = ("target", "key", "size", "tenant", "waited", "sent_at")
+
+    def __init__(self, target: Target, key: str = "", size: int = 0, tenant: str = "") -> None:
+        self.target = target
+        self.tenant = tenant  # whose fair share the request takes (see .fairgate)
+        self.key = key  # the PrefixHash key
+        self.size = size  # the request body's bytes (an estimate of its prompt's length)
+        self.waited = 0.0  # seconds spent waiting for an endpoint (left out of the proxy's overhead)
         self.sent_at = 0.0
-        self.tenant = ""  # whose fair share the request takes (see .fairgate)
-
-    async def acquire(self, skip: frozenset[str]) -> Endpoint:
-        """An endpoint of the Model; a first attempt waits its tenant's turn while the Model is saturated (429 past
-        the fair queue's bounds), then for an endpoint at most ``wait_limit`` (504)."""
-        fair = self.handler.fair
-        if fair is not None and not skip:  # a retry does not queue again
-            t = self.target
-            return await fair.acquire((t.namespace, t.name), self.group, self.tenant, lambda: self._pick(skip))
-        return await self._pick(skip)
-
-    async def _pick(self, skip: frozenset[str]) -> Endpoint:
-        chosen = self.handler._choose(self.group, self.target, self.key, skip, self.size)
-        if chosen is not None:  # one is free: no wait to time
-            ep, self.tokens = chosen
-            return ep
-        w0 = time.perf_counter()
-        try:
-            ep, self.tokens = await self.handler._acquire(self.group, self.target, self.key, skip, self.wait_limit, self.size)
-            return ep
-        except TimeoutError:
-            raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None
-        finally:
-            self.waited += time.perf_counter() - w0
-
-    def answered(self, ep: Endpoint) -> None:
-        """The current attempt's answer began (or the attempt ended): its prefill is no longer pending."""
-        self.group.answered(ep, self.tokens)
 
     def sent(self) -> None:
         if not self.sent_at:
             self.sent_at = time.perf_counter()
-
-    def retry(self, reason: str) -> None:
-        self.handler.metrics.retries.labels(reason).inc()

@@ -27,13 +27,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
+from kaiwo_ctrl.serving.proxy.exchange import Exchange
+from kaiwo_ctrl.serving.proxy.router import Router
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 ATTEMPTS = 4
@@ -50,28 +51,6 @@ _INBOUND_DROP = HOP_BY_HOP | {b"forwarded", b"expect", TOKEN_HEADER_KEY}
 PROXY_HEADER = (b"X-Proxy", b"kaiwo-ctrl")
 
 RawHeaders = Iterable[tuple[bytes, bytes]]
-Acquire = Callable[[frozenset[str]], Awaitable[Endpoint]]
-Release = Callable[[Endpoint], None]
-
-
-class _Answered:
-    """Tells ``on_answer`` once that the endpoint's answer began (or the attempt ended without one)."""
-
-    __slots__ = ("fn", "ep")
-
-    def __init__(self, fn: Release, ep: Endpoint) -> None:
-        self.fn = fn
-        self.ep: Endpoint | None = ep
-
-    def __call__(self) -> None:
-        ep = self.ep
-        if ep is not None:
-            self.ep = None
-            self.fn(ep)
-
-
-def _nothing(ep: Endpoint) -> None:
-    pass
 
 
 class UpstreamFailed(Exception):
@@ -139,35 +118,32 @@ async def forward(
     path: str,
     body: bytes | bytearray | StreamBody,
     headers: list[tuple[bytes, bytes]],
-    acquire: Acquire,
-    release: Release,
-    on_retry: Callable[[str], None],
-    on_sent: Callable[[], None] = lambda: None,
-    on_answer: Release = _nothing,
+    router: Router,
+    ex: Exchange,
 ) -> Response | Streamed:
-    """``on_answer(ep)`` is called once per attempt, when its answer's first body byte arrives (a stream's first
-    token) or the attempt ends without one."""
+    """Each attempt's endpoint is leased from ``router`` for ``ex`` and the lease told of the answer's first
+    body byte (a stream's first token), a retry and the attempt's end."""
     tried: set[str] = set()
     method = request.method
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
-        ep = await acquire(frozenset(tried) if tried else frozenset())
-        tried.add(ep.key)
-        answered = _Answered(on_answer, ep)
+        lease = await router.acquire(ex.target, ex.key, ex.size, frozenset(tried) if tried else frozenset(), ex.tenant)
+        ex.waited += lease.waited
+        tried.add(lease.endpoint.key)
         try:
-            on_sent()
+            ex.sent()
             try:
-                up = await pool.request(method, ep.address, path, headers, body)
+                up = await pool.request(method, lease.address, path, headers, body)
             except OSError as e:  # http1.TransportError, or the read timeout
                 last = last or _spent(body)
                 if last:
                     raise UpstreamFailed(str(e) or type(e).__name__) from e
-                on_retry("transport")
+                lease.retry("transport")
                 continue
             last = last or _spent(body)
             try:
                 if up.status in RETRY_STATUSES and not last:
-                    on_retry(str(up.status))
+                    lease.retry(str(up.status))
                     continue
                 if up.content_length is not None and up.content_length <= WHOLE_LIMIT:
                     try:
@@ -175,15 +151,14 @@ async def forward(
                     except OSError as e:  # broke off before anything reached the client: try again
                         if last:
                             raise UpstreamFailed(str(e) or type(e).__name__) from e
-                        on_retry("transport")
+                        lease.retry("transport")
                         continue
                     return Response(up.status, response_headers(up.headers), data)
-                return await relay(request, up, answered)
+                return await relay(request, up, lease.answered)
             finally:
                 up.release()
         finally:
-            answered()
-            release(ep)
+            lease.release()
     raise AssertionError("unreachable")
 
 

@@ -7,8 +7,9 @@ see :mod:`kaiwo_ctrl.serving.proxy.multipart`);
 ``<model>_<adapter>`` still picks an adapter). The upstream path is
 ``/v1/<route>`` with the query string kept.
 
-Per request: parse -> resolve -> count as active -> scale from zero -> wait for
-an endpoint (LeastLoad or PrefixHash, read from the Model now) -> forward.
+Per request: parse -> resolve -> count as active -> scale from zero -> forward,
+whose every attempt leases its endpoint from :meth:`.router.Router.acquire`
+(the one place the upstream is chosen).
 The Model's deadline (annotation ``kaiwo.silogen.ai/request-timeout``, else the
 process default) covers all of it, streaming included; the wait for an endpoint
 has its own bound (504 either way). Errors are OpenAI-style JSON:
@@ -38,10 +39,9 @@ from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.auth import Authorizer, Busy, Caller
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
-from kaiwo_ctrl.serving.proxy.exchange import Exchange, ModelState
+from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+from kaiwo_ctrl.serving.proxy.exchange import Exchange
 from kaiwo_ctrl.serving.proxy.fairgate import FairGate, tenant_of
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
 from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
@@ -50,8 +50,8 @@ from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
 from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
 from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
+from kaiwo_ctrl.serving.proxy.router import Router
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
-from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
@@ -98,7 +98,6 @@ class ProxyHandler:
         self.listing = ModelListing(resolver.models)
         self.limits = limits = limits or ProxyLimits(request_timeout=default_timeout)
         self.default_timeout = limits.request_timeout
-        self._states: dict[tuple[str, str], ModelState] = {}
         self.deadlines = Deadlines()
         self._overhead = metrics.overhead.labels()
         # No read timeout (generations are long; the request's deadline bounds them), but a server
@@ -107,6 +106,8 @@ class ProxyHandler:
         self.pool = Pool(connect_timeout=CONNECT_TIMEOUT, idle_timeout=60.0, buffer_limit=UPSTREAM_BUFFER,
                          max_head_bytes=limits.max_upstream_head_bytes)
         self.fair = FairGate(limits.fair, metrics) if limits.fair.enabled else None
+        #: the one entry for the upstream pick (and the per-Model state, derived once per Model version)
+        self.router = Router(tracker, resolver.models, metrics, limits.request_timeout, limits.endpoint_wait, self.fair)
 
     async def start(self) -> None:
         """Nothing to start: the pool connects on first use (kept for the server's lifecycle)."""
@@ -219,7 +220,7 @@ class ProxyHandler:
         except Busy:
             return auth_busy()
         key = ""
-        st = self._state(target)
+        st = self.router.state(target)
         if st.prefix is not None:  # PrefixHash: the prompt's prefix, taken before the parsed body goes
             key = target.adapter + extract_prefix(route, parsed or {}, st.prefix[0])
         if parsed is not None and parsed.get("model") != target.forward_name:
@@ -232,25 +233,13 @@ class ProxyHandler:
         del parsed  # only the body to send is kept while the request is forwarded
         return await self._serve(request, route, target, body, key, t0)
 
-    def _state(self, t: Target) -> ModelState:
-        """What a request needs of its Model, derived once per Model version."""
-        key = (t.namespace, t.name)
-        st = self._states.get(key)
-        if st is None or st.model is not t.model:
-            # the tracker never drops a group: the same one serves the Model's life
-            st = self._states[key] = ModelState(t.model, key, self.metrics, self.default_timeout, self.tracker.group(key))
-        return st
-
     async def _serve(self, request: Request, route: str, t: Target, body: bytes | bytearray | StreamBody, key: str,
                      t0: float) -> Response | Streamed:
-        st = self._state(t)
+        st = self.router.state(t)
         st.active.inc()
-        ex = Exchange(self, st.group, t, self.limits.endpoint_wait)
-        ex.key = key
         caller = request.admitted if isinstance(request.admitted, Caller) else None
-        ex.tenant = tenant_of(caller.user.get("user") if caller else None, request.budget_key)
-        if not isinstance(body, StreamBody):
-            ex.size = len(body)
+        tenant = tenant_of(caller.user.get("user") if caller else None, request.budget_key)
+        ex = Exchange(t, key, 0 if isinstance(body, StreamBody) else len(body), tenant)
         code = 0
         task = None
         if st.timeout is not None:  # no deadline: nothing to watch
@@ -286,57 +275,12 @@ class ProxyHandler:
             if self.scaler is not None and self.scaler.needed(t):  # checked here: no coroutine per request
                 await self.scaler.ensure_running(t)
             path = "/v1/" + route + ("?" + request.query if request.query else "")
-            return await forward(
-                request, self.pool, path, body, request_headers(request.headers, self.auth is not None), ex.acquire, ex.group.release, ex.retry, ex.sent,
-                ex.answered,
-            )
+            return await forward(request, self.pool, path, body, request_headers(request.headers, self.auth is not None), self.router, ex)
         except UpstreamFailed as e:
             log.info("upstream failed", extra={"model": f"{t.namespace}/{t.name}", "error": str(e)[:200]})
             return error_response(502, "Bad Gateway")
         except ProxyError as e:
             return error_response(e.status, e.message, **e.extra)
-
-    async def _acquire(
-        self, group: Group, t: Target, key: str, skip: frozenset[str], wait_limit: float | None = None, size: int = 0,
-    ) -> tuple[Endpoint, float]:
-        """An endpoint for ``t`` and the tokens it has to prefill; waits for one at most ``wait_limit``
-        (TimeoutError; no timer when one is free)."""
-        deadline = None
-        while True:
-            changed = group.changed()
-            chosen = self._choose(group, t, key, skip, size)
-            if chosen is not None:
-                return chosen
-            if deadline is None and wait_limit is not None:
-                deadline = asyncio.get_running_loop().time() + wait_limit
-            async with asyncio.timeout_at(deadline):
-                await changed.wait()
-            t = self._refresh(t)
-
-    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int = 0) -> tuple[Endpoint, float] | None:
-        """An endpoint for ``t`` now (counted as in flight) and the prompt tokens it has to prefill (estimated from
-        the body's ``size`` less what its cache holds), or None when none is usable."""
-        prefix = self._state(t).prefix  # the strategy is read at request time
-        if prefix is not None:
-            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip, size)
-            ep = c.endpoint
-            size -= c.cached  # what the engine has to prefill: the part of the prompt its cache does not hold
-            if ep is not None:
-                outcome = "fallback" if c.fallback else ("home" if ep is c.initial else "spill")
-                self.metrics.prefix_choices.labels(outcome).inc()
-                self.metrics.prefix_examined.inc(c.examined)
-        else:
-            ep = group.choose_least(t.adapter, skip)
-        if ep is None:
-            return None
-        tokens = max(0, size) / BYTES_PER_TOKEN
-        return group.acquire(ep, tokens), tokens
-
-    def _refresh(self, t: Target) -> Target:
-        m = self.resolver.models.get(t.name, t.namespace)
-        if m is not None:
-            t.model = m
-        return t
 
 
 def _selectors(request: Request) -> list[Any]:

@@ -1,8 +1,9 @@
 """Every top-level kind this project defines a CRD for, with its CRD names,
 scope, subresources and printer columns.
 
-``KINDS`` is the single list the CRD generator, the clients and the caches
-iterate over; ``by_kind()`` / ``by_gvk()`` look entries up.
+``KINDS`` is the list the CRD generator (``api/crdgen.py``) and the CRD tests
+iterate over; ``by_kind()`` / ``by_gvk()`` look entries up. The operator does not
+read it: its clients and caches find our kinds in ``kaiwo_ctrl/kinds.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where every kind the operator touches lives in the API.
 
-Our own kinds come from the typed API registry; Kueue (v1beta2, the storage
+Our own kinds come from their typed API models (``api/...``); Kueue (v1beta2, the storage
 version of current Kueue), KubeRay and AppWrapper are declared here. Core
 kinds are in :mod:`kaiwo_ctrl.runtime.api.resources`.
 """

@@ -1,7 +1,7 @@
 """Wires the Kaiwo reconcilers onto a runtime Manager.
 
-This is the only module that knows both the runtime and the domain: each
-domain package exposes ``setup(mgr, ...)`` which asks the manager's cache for
+This module, ``cli.py`` and ``serving/command.py`` (the proxy's wiring) are
+where the runtime and the domain meet: each domain package exposes ``setup(mgr, ...)`` which asks the manager's cache for
 the informers it needs and registers its controllers. ``kaiwo-ctrl run``
 calls :func:`build_operator`.
 """

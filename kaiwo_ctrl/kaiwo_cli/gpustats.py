@@ -15,12 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kaiwo_ctrl.monitoring.gpu import METRIC as AMD_METRIC
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
+from kaiwo_ctrl.queues.constants import AMD_GPU_RESOURCE, NVIDIA_GPU_RESOURCE
 from kaiwo_ctrl.queues.nodepools import discover
 
 NVIDIA_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 #: metric -> (vendor, label naming the GPU)
 METRICS = {AMD_METRIC: ("amd", "gpu_id"), NVIDIA_METRIC: ("nvidia", "gpu")}
-GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
+GPU_RESOURCES = (AMD_GPU_RESOURCE, NVIDIA_GPU_RESOURCE)
 #: Pods in these phases hold no GPUs any more.
 _DONE = ("Succeeded", "Failed")
 

@@ -61,6 +61,8 @@ DEFAULT_GPU_TAINT_KEY = "kaiwo.silogen.ai/gpu"
 DEFAULT_CLUSTER_QUEUE_NAME = "kaiwo"
 DEFAULT_COHORT_NAME = "kaiwo"
 
+#: The GPU resource names (device plugins). Their one home: workloads, the CLI
+#: and the node pools import them from here.
 AMD_GPU_RESOURCE = "amd.com/gpu"
 NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
 

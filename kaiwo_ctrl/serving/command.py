@@ -69,6 +69,16 @@ def _positive_seconds(text: str) -> float:
     return s
 
 
+#: The limits' defaults have one home, ProxyLimits; a flag's default is the
+#: environment variable's value when set, else that default.
+_LIMITS = ProxyLimits()
+
+
+def _from_env(name: str, parse: Any, default: Any) -> Any:
+    text = os.environ.get(name)
+    return default if text is None else parse(text)
+
+
 def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("--proxy-bind-address", default=env("PROXY_BIND_ADDRESS", ":8000"),
@@ -80,30 +90,30 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-request-timeout", type=_seconds, default=_seconds(env("PROXY_REQUEST_TIMEOUT", "30m")),
                    help="default overall deadline of a request, streaming included (default 30m; '0': none); "
                         "a Model's annotation kaiwo.silogen.ai/request-timeout overrides it")
-    p.add_argument("--proxy-endpoint-wait-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_ENDPOINT_WAIT_TIMEOUT", "10m")),
+    p.add_argument("--proxy-endpoint-wait-timeout", type=_positive_seconds, default=_from_env("PROXY_ENDPOINT_WAIT_TIMEOUT", _positive_seconds, _LIMITS.endpoint_wait),
                    help="how long a request waits for a Ready server Pod of its Model, e.g. while it scales from zero "
                         "(default 10m; then 504)")
-    p.add_argument("--proxy-header-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_HEADER_TIMEOUT", "30s")),
+    p.add_argument("--proxy-header-timeout", type=_positive_seconds, default=_from_env("PROXY_HEADER_TIMEOUT", _positive_seconds, _LIMITS.head_timeout),
                    help="time from a request's first byte to the end of its head (default 30s; then 408)")
-    p.add_argument("--proxy-body-idle-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_IDLE_TIMEOUT", "30s")),
+    p.add_argument("--proxy-body-idle-timeout", type=_positive_seconds, default=_from_env("PROXY_BODY_IDLE_TIMEOUT", _positive_seconds, _LIMITS.body_idle_timeout),
                    help="longest pause between a request's body bytes (default 30s; then 408)")
-    p.add_argument("--proxy-linger-timeout", type=_positive_seconds, default=_positive_seconds(env("PROXY_LINGER_TIMEOUT", "2s")),
+    p.add_argument("--proxy-linger-timeout", type=_positive_seconds, default=_from_env("PROXY_LINGER_TIMEOUT", _positive_seconds, _LIMITS.linger_timeout),
                    help="after refusing a request (4xx, 503), how long what the client still sends is read and dropped "
                         "before the connection closes, so the answer is not lost to a reset (default 2s)")
-    p.add_argument("--proxy-max-body-size", type=_bytes, default=_bytes(env("PROXY_MAX_BODY_SIZE", "32Mi")),
+    p.add_argument("--proxy-max-body-size", type=_bytes, default=_from_env("PROXY_MAX_BODY_SIZE", _bytes, _LIMITS.max_body_bytes),
                    help="largest request body (default 32Mi, room for a 25 MB audio upload; 413, sent before the body is read)")
-    p.add_argument("--proxy-body-memory", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY", "512Mi")),
+    p.add_argument("--proxy-body-memory", type=_bytes, default=_from_env("PROXY_BODY_MEMORY", _bytes, _LIMITS.body_memory),
                    help="request bodies held at once, all clients together (default 512Mi); a request waits until its "
                         "body fits, and gets 503 after --proxy-body-memory-wait")
-    p.add_argument("--proxy-body-memory-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_BODY_MEMORY_WAIT", "2m")),
+    p.add_argument("--proxy-body-memory-wait", type=_positive_seconds, default=_from_env("PROXY_BODY_MEMORY_WAIT", _positive_seconds, _LIMITS.body_memory_wait),
                    help="how long a request waits for --proxy-body-memory to fit its body (default 2m; then 503)")
-    p.add_argument("--proxy-multipart-model-window", type=_bytes, default=_bytes(env("PROXY_MULTIPART_MODEL_WINDOW", "1Mi")),
+    p.add_argument("--proxy-multipart-model-window", type=_bytes, default=_from_env("PROXY_MULTIPART_MODEL_WINDOW", _bytes, _LIMITS.multipart_model_window),
                    help="how far into a multipart upload its 'model' field must have ended for the rest to stream "
                         "to the model server (default 1Mi); a form with the field later is held whole under "
                         "--proxy-body-memory")
-    p.add_argument("--proxy-max-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_HEADER_SIZE", "64Ki")),
+    p.add_argument("--proxy-max-header-size", type=_bytes, default=_from_env("PROXY_MAX_HEADER_SIZE", _bytes, _LIMITS.max_head_bytes),
                    help="largest request head (default 64Ki; then 431)")
-    p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_bytes(env("PROXY_MAX_UPSTREAM_HEADER_SIZE", "64Ki")),
+    p.add_argument("--proxy-max-upstream-header-size", type=_bytes, default=_from_env("PROXY_MAX_UPSTREAM_HEADER_SIZE", _bytes, _LIMITS.max_upstream_head_bytes),
                    help="largest answer head from a model server (default 64Ki; a larger one is a 502)")
     _add_connection_arguments(p)
     _add_engine_metrics_arguments(p)
@@ -113,16 +123,15 @@ def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_connection_arguments(p: argparse.ArgumentParser) -> None:
     """Per-connection bounds of the proxy's listeners."""
-    env = os.environ.get
-    p.add_argument("--proxy-max-header-count", type=_count, default=_count(env("PROXY_MAX_HEADER_COUNT", "100")),
+    p.add_argument("--proxy-max-header-count", type=_count, default=_from_env("PROXY_MAX_HEADER_COUNT", _count, _LIMITS.max_headers),
                    help="most header lines in a request head, trailers included (default 100, as Envoy and hyper; then 431)")
-    p.add_argument("--proxy-max-pipelined", type=_count, default=_count(env("PROXY_MAX_PIPELINED", "16")),
+    p.add_argument("--proxy-max-pipelined", type=_count, default=_from_env("PROXY_MAX_PIPELINED", _count, _LIMITS.max_pipelined),
                    help="requests of one connection parsed and waiting behind the one being answered (default 16; "
                         "then reading from it pauses)")
-    p.add_argument("--proxy-min-body-rate", type=_bytes_or_zero, default=_bytes_or_zero(env("PROXY_MIN_BODY_RATE", "8Ki")),
+    p.add_argument("--proxy-min-body-rate", type=_bytes_or_zero, default=_from_env("PROXY_MIN_BODY_RATE", _bytes_or_zero, _LIMITS.min_body_rate),
                    help="bytes a second a request body must average once it has been coming for --proxy-body-idle-timeout "
                         "(default 8Ki; then 408; '0' turns it off)")
-    p.add_argument("--proxy-body-memory-per-client", type=_bytes, default=_bytes(env("PROXY_BODY_MEMORY_PER_CLIENT", "128Mi")),
+    p.add_argument("--proxy-body-memory-per-client", type=_bytes, default=_from_env("PROXY_BODY_MEMORY_PER_CLIENT", _bytes, _LIMITS.body_memory_per_client),
                    help="of --proxy-body-memory, the most one client address holds (on the Gateway listener: one "
                         "namespace); its requests over it wait without holding up other clients' (default 128Mi)")
 
@@ -144,11 +153,11 @@ def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-fair-queuing", choices=("on", "off"), default=env("PROXY_FAIR_QUEUING", "off"),
                    help="while a Model's engines are saturated, queue its requests per tenant (the caller's namespace; "
                         "with --proxy-auth none the client address) and release them round-robin (default off)")
-    p.add_argument("--proxy-fair-queue-length", type=_count, default=_count(env("PROXY_FAIR_QUEUE_LENGTH", "64")),
+    p.add_argument("--proxy-fair-queue-length", type=_count, default=_from_env("PROXY_FAIR_QUEUE_LENGTH", _count, _LIMITS.fair.max_queue),
                    help="requests one tenant may have waiting for one Model (default 64; then 429 with Retry-After)")
-    p.add_argument("--proxy-fair-queue-wait", type=_positive_seconds, default=_positive_seconds(env("PROXY_FAIR_QUEUE_WAIT", "30s")),
+    p.add_argument("--proxy-fair-queue-wait", type=_positive_seconds, default=_from_env("PROXY_FAIR_QUEUE_WAIT", _positive_seconds, _LIMITS.fair.max_wait),
                    help="how long a request may wait in its tenant's queue (default 30s; then 429 with Retry-After)")
-    p.add_argument("--proxy-fair-max-pending", type=_count, default=_count(env("PROXY_FAIR_MAX_PENDING", "2")),
+    p.add_argument("--proxy-fair-max-pending", type=_count, default=_from_env("PROXY_FAIR_MAX_PENDING", _count, _LIMITS.fair.max_pending),
                    help="an engine that reports metrics has room while this replica has fewer requests there without a "
                         "first token (default 2) and it reports none waiting and a KV cache under 90%%")
     p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from api.kubeai.v1 import Model
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
-from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
+from kaiwo_ctrl.runtime.objects.ownership import RENDER_UID, set_controller_reference
 
 from kaiwo_ctrl.aim.effective import effective_by_namespace
 
@@ -26,8 +26,6 @@ from .config import SystemConfig
 from .modelfields import bounded_replicas
 from .files import desired_configmap
 from .pods import build_pod
-
-RENDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
 class RenderError(ValueError):

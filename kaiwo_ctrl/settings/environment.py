@@ -1,4 +1,8 @@
-"""The operator's process environment, read here and nowhere else.
+"""The environment settings of the operator's controllers, read here.
+
+Not the only reader of the environment: ``cli.py``, ``serving/command.py``,
+``monitoring`` (its loops' endpoints), the runtime (kubeconfig, process loop)
+and the separate programs (``kaiwo_cli``, ``download``, ``local``) read theirs.
 
 Builders never read the environment: the values below are read once by the
 wiring (``setup`` functions called from ``cli.py``) and passed in, e.g. on the

@@ -10,7 +10,9 @@ Five subpackages in layers, top first; each imports only the layers below it
     builders   validation, the one plan of a pass, pod template, storage, Ray
     base       names, labels, conditions, GPUs, the world, the object's view
 
-Only ``reconcile`` talks to the API server; the layers below are pure. This
+``reconcile`` talks to the API server; the layers below build and read
+objects, except ``observe/undecodable.py``, which patches the status of an
+object that cannot be decoded. This
 module hands on the names other packages use.
 """
 

@@ -30,7 +30,7 @@ from kaiwo_ctrl.serving.cache import evict_job
 from kaiwo_ctrl.serving.config import parse_config
 from kaiwo_ctrl.serving.render import render as render_models
 from kaiwo_ctrl.workloads.reconcile.desired import desired_children
-from kaiwo_ctrl.workloads.base.kaiwoobject import RENDER_UID
+from kaiwo_ctrl.runtime.objects.ownership import RENDER_UID
 from kaiwo_ctrl.workloads.reconcile.render import as_discovered, render
 from kaiwo_ctrl.workloads.base.world import World
 

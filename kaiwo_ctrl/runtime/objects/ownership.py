@@ -46,6 +46,11 @@ class AlreadyOwnedError(OwnershipError):
     """The object already has a different controller owner."""
 
 
+#: The UID given to an object rendered without a cluster (``render``), so that
+#: owner references to it are well formed. One home for workloads and serving.
+RENDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
 def _meta(obj: dict) -> dict:
     meta = obj.get("metadata")
     if meta is None:

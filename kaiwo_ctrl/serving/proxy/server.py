@@ -1,4 +1,6 @@
-"""The proxy as a manager runnable: routes, the HTTP server, wiring to the caches.
+"""The proxy's server: routes, the HTTP server, wiring to the manager's caches.
+
+Not a manager runnable: ``serving/command.py`` runs it beside ``mgr.run``.
 
 :func:`setup_proxy` asks the manager's cache for the Model and model-Pod
 informers, registers the endpoint tracker on the Pod informer and returns a

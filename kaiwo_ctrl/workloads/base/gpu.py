@@ -1,5 +1,6 @@
 """GPU maths: cluster statistics from nodes, replica/GPU derivation, the
-Schedulable check and the GPU resource name."""
+Schedulable check and the choice of GPU resource name (the names themselves
+live in ``queues/constants.py``, their one home)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from dataclasses import dataclass, replace
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, to_int
 from kaiwo_ctrl.runtime.observe.conditions import bound_message
 
+from kaiwo_ctrl.queues.constants import AMD_GPU_RESOURCE as AMD_GPU
+from kaiwo_ctrl.queues.constants import NVIDIA_GPU_RESOURCE as NVIDIA_GPU
+
 from .labels import NODE_LABEL_NODEPOOL
 
-AMD_GPU = "amd.com/gpu"
-NVIDIA_GPU = "nvidia.com/gpu"
 KNOWN_VENDORS = ("amd", "nvidia")
 #: Resource names that are treated as GPUs wherever GPU keys are dropped or detected.
 GPU_RESOURCE_KEYS = frozenset({AMD_GPU, NVIDIA_GPU})

@@ -17,9 +17,6 @@ from .world import Settings, as_dict
 API_VERSION = "kaiwo.silogen.ai/v1alpha1"
 KINDS = ("KaiwoJob", "KaiwoService")
 
-#: Used for objects without a UID (render of a file).
-RENDER_UID = "00000000-0000-0000-0000-000000000000"
-
 
 _MODELS: dict[str, type[KaiwoJob] | type[KaiwoService]] = {"KaiwoJob": KaiwoJob, "KaiwoService": KaiwoService}
 

@@ -4,7 +4,9 @@ storage plans derived once.
 
 The desired builders (:mod:`kaiwo_ctrl.workloads.reconcile.desired`) and the status machine
 (:func:`~kaiwo_ctrl.workloads.observe.status.observe`) both read one :class:`WorkloadPlan`, built at the
-start of the reconcile; nothing below it parses, validates or derives again.
+start of the reconcile; nothing below it parses or validates again. The child
+builders still take the queue name from the object (``obj.queue_name``, the
+same call the plan makes) rather than from ``WorkloadPlan.queue``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kaiwo_ctrl.queues.nodepools import desired_node_labels, discover, exclude_control_plane_setting
+from kaiwo_ctrl.runtime.objects.ownership import RENDER_UID
 
-from ..base.kaiwoobject import KINDS, RENDER_UID
+from ..base.kaiwoobject import KINDS
 from ..base.world import World
 from ..builders.validation import SpecError
 from .desired import desired_children

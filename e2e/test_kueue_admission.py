@@ -28,15 +28,34 @@ KAIWO_CONFIG = "/apis/config.kaiwo.silogen.ai/v1alpha1/kaiwoconfigs/kaiwo"
 GPU = "amd.com/gpu"
 
 
+EXTRA_NODE = "sim-gpu-2"  # the third GPU node the node-pool test adds
+
+
+def sample_queues(admin, kubectl) -> None:
+    """The world these tests and the Ray ones start from: static queues (not dynamic mode, which
+    rewrites ClusterQueue kaiwo from the node pools and so drops a test's preemption setting), the
+    two sample GPU nodes only, and the sample queue config with its 16 GPUs."""
+    cfg = get(admin, KAIWO_CONFIG)
+    if cfg and cfg["spec"].get("dynamicallyUpdateDefaultClusterQueue"):
+        r = admin.patch(KAIWO_CONFIG, json={"spec": {"dynamicallyUpdateDefaultClusterQueue": False}},
+                        headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+    r = admin.delete(f"/api/v1/nodes/{EXTRA_NODE}")
+    assert r.status_code in (200, 404), r.text
+    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+    wait_for(lambda: gpu_quota(admin) == 16, 60, "ClusterQueue kaiwo with 16 GPUs")
+
+
 @pytest.fixture(scope="module")
 def queue_ready(operator, kubectl, admin):
     """The sample queue config (ClusterQueue kaiwo with 16 GPUs) and a namespace for
-    these tests. (Not READY: see test_deploy.py::test_queue_config_becomes_ready.)"""
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+    these tests (not READY: see test_deploy.py::test_queue_config_becomes_ready). The
+    module leaves the queues as it found them."""
+    sample_queues(admin, kubectl)
     r = admin.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
     assert r.status_code in (201, 409), r.text
-    wait_for(lambda: gpu_quota(admin) == 16, 60, "ClusterQueue kaiwo with 16 GPUs")
-    return admin
+    yield admin
+    sample_queues(admin, kubectl)
 
 
 def gpu_quota(admin) -> int:
@@ -225,7 +244,7 @@ def test_dynamic_node_pool_raises_quota_and_admits_pending_job(queue_ready, kube
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
-                "name": "sim-gpu-2",
+                "name": EXTRA_NODE,
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
                 "labels": {
                     "kubernetes.io/hostname": "sim-gpu-2",

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from e2e.conftest import condition, get, wait_for
-from e2e.test_kueue_admission import gpu_quota
+from e2e.test_kueue_admission import sample_queues
 from kaiwo_ctrl.local.raydashboard import FAIL_ANNOTATION
 
 pytestmark = pytest.mark.e2e
@@ -35,12 +35,9 @@ ORDER = ["PENDING", "STARTING", "RUNNING", "COMPLETE"]
 
 @pytest.fixture(scope="module")
 def ray_ns(operator, kubectl, admin):
-    from e2e.conftest import ROOT
-
-    kubectl("apply", "-f", str(ROOT / "config" / "samples" / "kaiwo_v1alpha1_kaiwoqueueconfig.yaml"))
+    sample_queues(admin, kubectl)  # 16 GPUs, static: the preemption tests count on both
     r = admin.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
     assert r.status_code in (201, 409), r.text
-    wait_for(lambda: gpu_quota(admin) >= 8, 90, "ClusterQueue kaiwo with GPU quota")
     return admin
 
 

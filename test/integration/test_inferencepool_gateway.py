@@ -22,9 +22,10 @@ from kaiwo_ctrl.kinds import KAIWOCONFIGS
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving import controller as serving, inferencepool
-from kaiwo_ctrl.serving.config import ConfigSource
-from kaiwo_ctrl.serving.engines import PORT
+from kaiwo_ctrl.serving import inferencepool
+from kaiwo_ctrl.serving.model import controller as serving
+from kaiwo_ctrl.serving.model.config import ConfigSource
+from kaiwo_ctrl.serving.model.engines import PORT
 from proxy_support import FakeOpenAI, set_pod_ready
 from support import eventually
 from support.gateway import binaries, picker_crds, start_envoy, start_picker

@@ -16,8 +16,8 @@ import yaml
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving import controller as serving
-from kaiwo_ctrl.serving.config import ConfigSource
+from kaiwo_ctrl.serving.model import controller as serving
+from kaiwo_ctrl.serving.model.config import ConfigSource
 from support import eventually
 
 MERGE = {"Content-Type": "application/merge-patch+json"}

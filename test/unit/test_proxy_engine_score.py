@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, MAX_REQUESTS, BadMetrics, parse_engine_metrics
-from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
-from kaiwo_ctrl.serving.proxy.score import (
+from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring, hash64, least_load
+from kaiwo_ctrl.serving.routing.enginemetrics import MAX_ADAPTERS, MAX_REQUESTS, BadMetrics, parse_engine_metrics
+from kaiwo_ctrl.serving.routing.endpoints import RECENT_KEYS, Group
+from kaiwo_ctrl.serving.routing.score import (
     BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, HOME_W_PENDING, HOME_W_RUNNING, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
     W_RUNNING,
     UNSEEN_MAX, W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_load, home_slack,

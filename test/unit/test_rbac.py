@@ -438,9 +438,9 @@ def test_lease_rules_are_scoped_to_the_lease_name():
     ]
 
 
-#: The code `kaiwo-ctrl proxy` runs that calls the API server: the proxy package, the route key
-#: (aim/fence.py), the secure metrics' reviews and the namespace check before the key is made.
-PROXY_CODE = ("serving/proxy/", "aim/fence.py", "runtime/observe/metricsauth.py", "runtime/api/resources.py")
+#: The code `kaiwo-ctrl proxy` runs that calls the API server: the HTTP front and its routing, the
+#: route key (aim/fence.py), the secure metrics' reviews and the namespace check before the key is made.
+PROXY_CODE = ("serving/proxy/", "serving/routing/", "aim/fence.py", "runtime/observe/metricsauth.py", "runtime/api/resources.py")
 
 
 def test_proxy_role_is_exactly_what_the_proxy_code_uses():

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 
-from kaiwo_ctrl.serving.proxy.score import EngineSample
+from kaiwo_ctrl.serving.routing.score import EngineSample
 
 RUNNING = (b"vllm:num_requests_running", b"sglang:num_running_reqs")
 WAITING = (b"vllm:num_requests_waiting", b"sglang:num_queue_reqs")

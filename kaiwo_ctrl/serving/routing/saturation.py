@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kaiwo_ctrl.serving.proxy.score import Endpoint, admitting, fresh
+from kaiwo_ctrl.serving.routing.score import Endpoint, admitting, fresh
 
 
 def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int) -> bool:

@@ -146,6 +146,32 @@ def test_parse_older_and_sglang_names():
     assert parse_engine_metrics(b"sglang:num_running_reqs 2\nsglang:num_queue_reqs 4\nsglang:token_usage 0.3\n") == S(2, 4, 0.3)
 
 
+#: one table row an engine: its /metrics text -> (running, waiting, KV use)
+ENGINE_TABLE = [
+    ("vllm", b"vllm:num_requests_running 3\nvllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc 0.4\n", (3, 1, 0.4)),
+    ("sglang", b"sglang:num_running_reqs 2\nsglang:num_queue_reqs 4\nsglang:token_usage 0.3\n", (2, 4, 0.3)),
+    # llama-server --metrics as current llama.cpp prints it: HELP/TYPE lines, no KV figure
+    ("llama.cpp", b"# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+                  b"# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 120\n"
+                  b"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n"
+                  b"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 5\n"
+                  b"llamacpp:n_busy_slots_per_decode 1.5\n", (2, 5, 0.0)),
+    ("llama.cpp, older", b"llamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n"
+                         b"llamacpp:kv_cache_usage_ratio 0.6\nllamacpp:kv_cache_tokens 300\n", (1, 0, 0.6)),
+]
+
+
+@pytest.mark.parametrize(("engine", "body", "want"), ENGINE_TABLE, ids=[row[0] for row in ENGINE_TABLE])
+def test_parse_each_engines_own_names(engine, body, want):
+    s = parse_engine_metrics(body)
+    assert (s.running, s.waiting, s.kv) == want, engine
+
+
+def test_a_lying_llama_cpp_figure_is_refused():
+    with pytest.raises(BadMetrics):
+        parse_engine_metrics(b"llamacpp:requests_processing 1\nllamacpp:kv_cache_usage_ratio 7\n")
+
+
 @pytest.mark.parametrize("body", [
     b"", b"# nothing here\n", b"process_cpu_seconds_total 3\n", b"\x00\xff" * 1000,
     b"vllm:kv_cache_usage_perc 0.5\n",  # no request figures: nothing to route on

@@ -2,7 +2,8 @@
 ``kaiwo-ctrl run`` and ``kaiwo-ctrl proxy`` is documented in
 docs/install-and-configure.md, with the environment variable it reads; and to
 the tree: every repository path the README, docs/ and bench/RESULTS.md name in
-code exists, and so does every file kaiwo_ctrl/rbac.py's reasons name.
+code exists, every module they name in dotted form imports, and every file
+kaiwo_ctrl/rbac.py's reasons name exists.
 
 (The site itself is built with ``mkdocs build --strict`` by ./hack/test.sh,
 which catches broken links and anchors.)
@@ -11,6 +12,7 @@ which catches broken links and anchors.)
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from pathlib import Path
 
@@ -174,6 +176,41 @@ def test_the_check_would_notice_a_missing_path() -> None:
         "```sh\n.venv/bin/python bench/bench_gone.py --out config/samples/\n```\n"
     )
     assert missing_paths(page) == ["bench/bench_gone.py", "docs/proxy.md", "kaiwo_ctrl/serving/router.py"]
+
+
+def module_names(text: str) -> set[str]:
+    """Dotted names the docs give: `kaiwo_ctrl.serving.routing.router` (a logger or a module)."""
+    return set(re.findall(r"\bkaiwo_ctrl(?:\.[A-Za-z_]\w*)+", text))
+
+
+def resolves(dotted: str) -> bool:
+    """The name imports as a module, or is an attribute of the longest prefix that does."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_module_the_docs_name_imports() -> None:
+    names = {name for page in PAGES for name in module_names(page.read_text())}
+    assert "kaiwo_ctrl.runtime.cache.informer" in names, names  # the logger names in operations.md
+    unresolved = sorted(n for n in names if not resolves(n))
+    assert not unresolved, f"the docs name modules that do not import (moved?): {unresolved}"
+
+
+def test_the_check_would_notice_a_module_that_moved() -> None:
+    text = "filter `kaiwo_ctrl.serving.proxy.router` or `kaiwo_ctrl.serving.routing.router.Router`; see kaiwo_ctrl.rbac."
+    names = module_names(text)
+    assert names == {"kaiwo_ctrl.serving.proxy.router", "kaiwo_ctrl.serving.routing.router.Router", "kaiwo_ctrl.rbac"}
+    assert sorted(n for n in names if not resolves(n)) == ["kaiwo_ctrl.serving.proxy.router"]
 
 
 def test_every_file_the_rbac_reasons_name_exists() -> None:

@@ -42,4 +42,6 @@ async def test_a_listener_taken_after_the_check_stops_the_process_naming_its_fla
         await client.close()
     assert (e.value.flag, e.value.address, e.value.reason) == (taken, f"127.0.0.1:{port}", "address already in use")
     assert str(e.value) == f"{taken} 127.0.0.1:{port}: address already in use"
-    assert stop.is_set(), "the manager was stopped with the proxy"
+    # the manager stopped with the proxy: its probes no longer listen
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", mgr.bound["health"]), timeout=2).close()

@@ -12,7 +12,7 @@ from kaiwo_ctrl.serving.proxy.balance import Endpoint
 from kaiwo_ctrl.serving.proxy.fairgate import tenant_of
 from kaiwo_ctrl.serving.proxy.fairqueue import MAX_WEIGHT, FairQueue, QueueFull, clamp_weight
 from kaiwo_ctrl.serving.proxy.limits import FairLimits
-from kaiwo_ctrl.serving.proxy.saturation import saturated
+from kaiwo_ctrl.serving.proxy.saturation import saturated, without_room
 from kaiwo_ctrl.serving.proxy.score import EngineSample
 
 
@@ -141,11 +141,23 @@ def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int =
     ([ep(sample=S(running=4, kv=0.95))], True),
     ([ep(sample=S(running=4), pending=2)], True),
     ([ep(sample=S(running=4), pending=1)], False),
-    # sent since the report, less what finished: 2 more than at the scrape is no room until the next report ...
-    ([ep(sample=S(running=4), in_flight=6, base=4)], True),
-    ([ep(sample=S(running=4), in_flight=5, base=4)], False),
-    # ... and what finished since makes room again
-    ([ep(sample=S(running=4), in_flight=5, base=6)], False),
+    # an admitting engine: sends since the report (less what finished) up to its KV headroom at the running
+    # requests' mean use -- 4 running at 0.45 use 0.1125 each, (0.9 - 0.45) / 0.1125 = 4 more -- at least max_pending
+    ([ep(sample=S(running=4, kv=0.45), in_flight=7, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.45), in_flight=8, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.85), in_flight=5, base=4)], False),  # headroom under max_pending: max_pending
+    ([ep(sample=S(running=4, kv=0.85), in_flight=6, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.85), in_flight=5, base=6)], False),  # what finished since makes room again
+    # ... our share of it: another replica sent half the engine's requests (4 of 8 running are ours)
+    ([ep(sample=S(running=8, kv=0.45), in_flight=8, base=4)], True),
+    ([ep(sample=S(running=8, kv=0.45), in_flight=7, base=4)], False),
+    # a full engine (waiting, or KV full): room only once more finished than we sent, beyond our share of its
+    # queue (4 waiting, 4 of 8 requests ours: 2)
+    ([ep(sample=S(running=4, waiting=4), in_flight=2, base=4)], True),
+    ([ep(sample=S(running=4, waiting=4), in_flight=1, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=4, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=3, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=0, base=0)], True),  # none of ours there: nothing of ours to replace
     # saturated only when every endpoint is: one with room takes the request (work-conserving)
     ([ep(sample=S(waiting=3)), ep(sample=S(running=1))], False),
     ([ep(sample=S(waiting=3)), ep(sample=S(waiting=1))], True),
@@ -158,6 +170,15 @@ def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int =
 ])
 def test_saturated(endpoints: list[Endpoint], expected: bool) -> None:
     assert saturated(endpoints, NOW, max_pending=2, in_flight_cap=4) is expected
+
+
+def test_without_room_names_the_full_endpoints() -> None:
+    """While the Model has room somewhere, the pick passes over the endpoints without room."""
+    a, b = ep(sample=S(running=4, waiting=2)), ep(sample=S(running=1))
+    a.key, b.key = "ns/a", "ns/b"
+    assert without_room([a, b], NOW, max_pending=2, in_flight_cap=0) == frozenset({"ns/a"})
+    assert without_room([b], NOW, max_pending=2, in_flight_cap=0) == frozenset()
+    assert without_room([a], NOW, max_pending=2, in_flight_cap=0) is None
 
 
 def test_no_cap_without_reports_never_saturates() -> None:
@@ -180,5 +201,6 @@ def test_fair_flags() -> None:
     add_proxy_arguments(p)
     assert proxy_limits(p.parse_args([])).fair == FairLimits()
     lim = proxy_limits(p.parse_args(["--proxy-fair-queuing", "on", "--proxy-fair-queue-length", "5", "--proxy-fair-queue-wait", "2s",
-                                     "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7"])).fair
-    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7)
+                                     "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7",
+                                     "--proxy-fair-event-interval", "30s"])).fair
+    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7, event_interval=30.0)

@@ -110,7 +110,7 @@ class Router:
             return await self._lease(target, key, size, skip)
         w0 = time.perf_counter()
         lease = await self.fair.acquire((target.namespace, target.name), self.state(target).group, tenant,
-                                        lambda: self._lease(target, key, size, skip))
+                                        lambda full: self._lease(target, key, size, full))
         lease.waited = time.perf_counter() - w0  # the turn waited for counts as waiting, not as the proxy's overhead
         return lease
 

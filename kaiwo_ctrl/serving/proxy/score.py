@@ -120,6 +120,7 @@ class EngineSample:
 class Endpoint(Protocol):
     """What scoring reads of an endpoint (:class:`.balance.Endpoint`)."""
 
+    key: str
     in_flight: int
     in_flight_base: int
     pending: int

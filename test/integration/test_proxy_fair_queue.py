@@ -5,20 +5,28 @@ the other tenant): the address the server recorded, not anything the request say
 
 * saturated Model: the flooding tenant's extra requests wait and the other's are released before them;
 * a tenant's full queue answers 429 with ``Retry-After`` in OpenAI's error shape, and no engine receives it;
-* an unsaturated Model adds no queueing: every request goes straight to the pick.
+* an unsaturated Model adds no queueing: every request goes straight to the pick;
+* the saturated Model, and only it, receives a ``Saturated`` Event and then a ``SaturationCleared`` one;
+* weights: a namespace annotated ``kaiwo.silogen.ai/serving-weight: "3"`` is released three times for the
+  other's once (callers known by real ServiceAccount tokens, ``--proxy-auth kubernetes``);
+* two proxy replicas in front of the same engine: the fair share holds on both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import aiohttp
 import orjson
 import pytest
 
+from kaiwo_ctrl.serving.proxy.auth import AuthConfig
 from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
+from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION
 from proxy_support import backends, create_model, server_pod, start_proxy, stop_proxy  # noqa: F401 - fixtures
 from support import eventually
+from support.tokens import bearer, grant_model_user, service_account_token
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +49,19 @@ def client(address: str) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=60))
 
 
+LIMITS = ProxyLimits(fair=FairLimits(enabled=True, max_queue=4, max_wait=20.0, max_pending=1, event_interval=0.5))
+
+
+def model_events(admin, ns: str) -> list[tuple[str, str, str, str]]:
+    """(involved kind, name, uid, reason) of the Events in ``ns`` written by the proxy."""
+    return [(e["involvedObject"].get("kind"), e["involvedObject"].get("name"), e["involvedObject"].get("uid"), e["reason"])
+            for e in admin.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
+            if e.get("reportingComponent") == "kaiwo-proxy"]
+
+
 @pytest.fixture
 async def fair_proxy(control_plane):
-    limits = ProxyLimits(fair=FairLimits(enabled=True, max_queue=4, max_wait=20.0, max_pending=1))
-    p = await start_proxy(control_plane, limits=limits)
+    p = await start_proxy(control_plane, limits=LIMITS)
     yield p
     await stop_proxy(p)
 
@@ -90,6 +107,14 @@ async def test_the_flooding_tenant_waits_and_the_other_is_released_first(fair_pr
     assert p.metric("kaiwo_proxy_fair_requests_total", model_name="fq", tenant=A, outcome="released") == 4
     assert p.metric("kaiwo_proxy_fair_queue_length", model_name="fq", tenant=A) == 0
 
+    # the saturated Model received the Events, on the Model itself (its uid), and they name no tenant
+    uid = admin.get(f"/apis/kubeai.org/v1/namespaces/{namespace}/models/fq").json()["metadata"]["uid"]
+    await eventually(lambda: sorted(r for _, _, _, r in model_events(admin, namespace)) == ["Saturated", "SaturationCleared"],
+                     timeout=30, what="Saturated, then SaturationCleared on the Model")
+    assert {(k, n, u) for k, n, u, _ in model_events(admin, namespace)} == {("Model", "fq", uid)}
+    for e in admin.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]:
+        assert A not in e["message"] and B not in e["message"]
+
 
 async def test_an_unsaturated_model_adds_no_queueing(fair_proxy, admin, namespace, backends):
     p = fair_proxy
@@ -108,3 +133,108 @@ async def test_an_unsaturated_model_adds_no_queueing(fair_proxy, admin, namespac
     for tenant in (A, B):
         assert p.metric("kaiwo_proxy_fair_requests_total", model_name="nq", tenant=tenant, outcome="direct") == 4
         assert p.metric("kaiwo_proxy_fair_requests_total", model_name="nq", tenant=tenant, outcome="queued") == 0
+    await p.mgr.recorder.flush()
+    assert model_events(admin, namespace) == [], "a Model that never saturated gets no Event"
+
+
+async def flood_then_release(engine, gate, key, first, floods, others, post) -> list[str]:
+    """``first`` goes straight to the held engine (saturating it for this replica), ``floods`` then ``others`` queue;
+    the engine frees capacity; the prompts in the order the engine received them."""
+    tasks = [asyncio.create_task(post(first))]
+    await eventually(lambda: engine.held >= 1 and any(orjson.loads(r["body"])["prompt"] == first[1] for r in engine.requests),
+                     what=f"{first[1]} held at the engine")
+    for caller, prompt in floods:
+        tasks.append(asyncio.create_task(post((caller, prompt))))
+        await eventually(lambda: gate.waiting(key, caller[0]) == len(tasks) - 1, what=f"{prompt} queued")
+    n = len(tasks)
+    for caller, prompt in others:
+        tasks.append(asyncio.create_task(post((caller, prompt))))
+        await eventually(lambda: gate.waiting(key, caller[0]) == len(tasks) - n, what=f"{prompt} queued")
+    return tasks
+
+
+async def test_a_namespace_weight_changes_the_release_order(control_plane, admin, namespace, backends):
+    heavy, light = f"heavy-{uuid.uuid4().hex[:6]}", f"light-{uuid.uuid4().hex[:6]}"
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": heavy, "annotations": {SERVING_WEIGHT_ANNOTATION: "3"}}}).status_code == 201
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": light, "annotations": {SERVING_WEIGHT_ANNOTATION: "many"}}}).status_code == 201
+    tokens = {}
+    for ns in (heavy, light):
+        tokens[ns] = service_account_token(admin, ns, "caller")
+        grant_model_user(admin, namespace, ns, "caller", binding=f"users-{ns}")
+    limits = ProxyLimits(fair=FairLimits(enabled=True, max_queue=8, max_wait=20.0, max_pending=1, event_interval=0.5))
+    p = await start_proxy(control_plane, limits=limits, auth=AuthConfig(ttl=30.0, deny_ttl=0.3))
+    try:
+        create_model(admin, namespace, "wq", autoscalingDisabled=True)
+        engine = await backends("weights")
+        engine.engine = True
+        server_pod(admin, namespace, "wq", engine)
+        await p.wait_endpoints(namespace, "wq", 1)
+        await eventually(lambda: engines_reported(p, namespace, "wq"), what="the engine reported")
+        gate, key = p.server.handler.fair, (namespace, "wq")
+        await eventually(lambda: gate.weight(heavy) == 3, what="the heavy namespace's weight read")
+        assert gate.weight(light) == 1, "a bad weight counts as 1"
+
+        async def post(item) -> tuple[int, bytes]:
+            (ns, token), prompt = item
+            async with p.http.post(p.url + "/openai/v1/completions", data=orjson.dumps({"model": "wq", "prompt": prompt}),
+                                   headers={"Content-Type": "application/json", **bearer(token)}) as r:
+                return r.status, await r.read()
+
+        for ns in (heavy, light):  # each caller's review is made (and cached) before the order matters
+            await eventually(lambda: _ok(post(((ns, tokens[ns]), f"warm-{ns[:5]}"))), timeout=30, what=f"{ns} allowed")
+        engine.requests.clear()
+        engine.hold.clear()
+        h, lt = (heavy, tokens[heavy]), (light, tokens[light])
+        tasks = await flood_then_release(engine, gate, key, (h, "h0"), [(h, f"h{i}") for i in range(1, 7)],
+                                         [(lt, "l0"), (lt, "l1")], post)
+        engine.hold.set()
+        results = await asyncio.gather(*tasks)
+        assert [r[0] for r in results] == [200] * 9
+        received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+        # weight 3 against 1, smooth: H H L H H H L H (equal weights would give H L H L H H H H)
+        assert received == ["h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6"]
+    finally:
+        await stop_proxy(p)
+
+
+async def _ok(call) -> bool:
+    return (await call)[0] == 200
+
+
+async def test_two_replicas_each_release_the_other_tenant_first(control_plane, admin, namespace, backends):
+    """Two live proxies before the same engine, each receiving part of both tenants' load: on both, the flooding
+    tenant's extra requests wait and the other tenant's are released before them."""
+    p1 = await start_proxy(control_plane, limits=LIMITS)
+    p2 = await start_proxy(control_plane, limits=LIMITS)
+    try:
+        create_model(admin, namespace, "rq", autoscalingDisabled=True)
+        engine = await backends("replicas")
+        engine.engine = True
+        engine.max_num_seqs = 8
+        server_pod(admin, namespace, "rq", engine)
+        for p in (p1, p2):
+            await p.wait_endpoints(namespace, "rq", 1)
+            await eventually(lambda: engines_reported(p, namespace, "rq"), what="the engine reported")
+        engine.hold.clear()
+        key = (namespace, "rq")
+        async with client(A) as a, client(B) as b:
+            sessions = {A: a, B: b}
+            tasks = []
+            for name, p in (("p1", p1), ("p2", p2)):
+                async def post(item, p=p):
+                    (tenant,), prompt = item
+                    return await post_from(sessions[tenant], p, "rq", prompt)
+                tasks += await flood_then_release(engine, p.server.handler.fair, key, ((A,), f"{name}-a0"),
+                                                  [((A,), f"{name}-a{i}") for i in range(1, 5)],
+                                                  [((B,), f"{name}-b0"), ((B,), f"{name}-b1")], post)
+            assert engine.held == 2, "each replica sent one request, the rest wait in its own queues"
+            engine.hold.set()
+            results = await asyncio.gather(*tasks)
+        assert [r[0] for r in results] == [200] * 14
+        received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+        for name in ("p1", "p2"):
+            mine = [x.split("-", 1)[1] for x in received if x.startswith(name + "-")]
+            assert mine == ["a0", "a1", "b0", "a2", "b1", "a3", "a4"], f"{name}: B released before A's later requests"
+    finally:
+        await stop_proxy(p1)
+        await stop_proxy(p2)

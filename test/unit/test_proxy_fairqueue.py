@@ -204,3 +204,26 @@ def test_fair_flags() -> None:
                                      "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7",
                                      "--proxy-fair-event-interval", "30s"])).fair
     assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7, event_interval=30.0)
+
+
+def test_room_counts_the_tenants_own_requests_without_a_first_token() -> None:
+    """Each tenant has its own prefill lane per engine: the flood's request in prefill leaves room for another's."""
+    e = ep(sample=S(running=4, kv=0.2), pending=1, in_flight=5, base=4)
+    e.pending_by = {"A": 1}
+    assert saturated([e], NOW, max_pending=1, in_flight_cap=0)  # no tenant named: every request counts
+    assert without_room([e], NOW, 1, 0, "A") is None
+    assert without_room([e], NOW, 1, 0, "B") == frozenset()
+    full = ep(sample=S(running=4, waiting=1), pending=0, in_flight=4, base=4)
+    assert without_room([full], NOW, 1, 0, "B") is None, "the engine-wide rules still hold for every tenant"
+
+
+def test_release_among_eligible_tenants() -> None:
+    q = FairQueue(max_len=10, max_wait=60)
+    for i in range(3):
+        q.enqueue("A", float(i))
+    q.enqueue("B", 5.0)
+    assert q.release(lambda t: t == "nobody") is None and len(q) == 4, "no eligible tenant: nothing released"
+    assert q.release(lambda t: t == "A").tenant == "A"  # type: ignore[union-attr]
+    assert q.release(lambda t: t == "A").tenant == "A"  # type: ignore[union-attr]
+    # B gained no credit while it could not be served, and A none over it: plain round-robin from here
+    assert [q.release().tenant for _ in range(2)] == ["A", "B"]  # type: ignore[union-attr]

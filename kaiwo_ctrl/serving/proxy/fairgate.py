@@ -3,8 +3,8 @@
 While a Model is not saturated (:mod:`.saturation`) and nothing of it waits,
 a request goes straight to the pick: no queue, no timer, no task switch. Else
 it waits in its tenant's queue (:mod:`.fairqueue`) and one pump task per
-Model releases the queues in fair order, one request at a time, each as soon
-as the Model has room again (checked every ``POLL`` seconds and at each
+Model releases the queues in fair order among the tenants the Model has room
+for, one request at a time, each as soon as there is room (checked every ``POLL`` seconds and at each
 endpoint change while anything waits; the released request takes its
 endpoint before the next release is considered, so a release is counted by
 the next check). The pump ends when the queues are empty.
@@ -65,10 +65,10 @@ class FairGate:
         q = self._queues.get(key)
         return q.waiting(tenant) if q else 0
 
-    def _without_room(self, group: Group) -> frozenset[str] | None:
-        """None while the Model is saturated, else its endpoints with no room (:mod:`.saturation`)."""
+    def _without_room(self, group: Group, tenant: str) -> frozenset[str] | None:
+        """None while the Model has no room for ``tenant``'s request, else its endpoints with none (:mod:`.saturation`)."""
         lim = self.limits
-        return without_room(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap)
+        return without_room(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap, tenant)
 
     def _label(self, key: tuple[str, str], tenant: str) -> str:
         seen = self._labels.setdefault(key, set())
@@ -99,7 +99,7 @@ class FairGate:
             return await pick(frozenset())
         q = self._queues.get(key)
         if q is None or not len(q):
-            full = self._without_room(group)
+            full = self._without_room(group, tenant)
             if full is not None:
                 if self.metrics is not None:
                     self.metrics.fair_requests.labels(*key, self._label(key, tenant), "direct").inc()
@@ -133,7 +133,7 @@ class FairGate:
                              retry_after=q.retry_after()) from None
         self._count(key, tenant, "released", loop.time() - t0)
         try:
-            return await pick(self._without_room(group) or frozenset())
+            return await pick(self._without_room(group, tenant) or frozenset())
         finally:
             picked.set()  # the pump may consider the next release
 
@@ -146,7 +146,8 @@ class FairGate:
                         t.payload.set_exception(TimeoutError())
                 if not len(q):
                     break
-                if self._without_room(group) is None:
+                ticket = q.release(lambda tenant: self._without_room(group, tenant) is not None)
+                if ticket is None:  # no room for any waiting tenant
                     changed = group.changed()
                     try:
                         async with asyncio.timeout(POLL):
@@ -154,8 +155,7 @@ class FairGate:
                     except TimeoutError:
                         pass
                     continue
-                ticket = q.release()
-                if ticket is None or ticket.payload.done():
+                if ticket.payload.done():
                     continue
                 picked = asyncio.Event()
                 ticket.payload.set_result(picked)

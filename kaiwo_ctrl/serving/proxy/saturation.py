@@ -8,7 +8,10 @@ come, first served, behind every tenant's, and fair order is lost.
 * An endpoint whose engine reported recently (:func:`.score.fresh`):
 
   - never while this replica has ``max_pending`` requests there without a
-    first token (an exact count that is never stale);
+    first token (an exact count that is never stale) -- of the tenant the
+    room is for, when one is named: each tenant has its own prefill lane per
+    engine, so a quiet tenant's request does not wait in the proxy for the
+    flood's long prompt to be prefilled (it shares that prefill's steps);
   - the engine admitted at once at its report (:func:`.score.admitting`:
     nothing waiting, KV cache not full): room while this replica has sent
     fewer than ``max_pending`` more there than finished since the report
@@ -61,11 +64,11 @@ def headroom(s: EngineSample, base: int) -> float:
     return share * s.running * max(0.0, HOME_MAX_KV - s.kv) / s.kv
 
 
-def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int) -> bool:
+def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None) -> bool:
     if fresh(ep, now):
         s = ep.engine
         assert s is not None
-        if ep.pending >= max_pending:
+        if (ep.pending if tenant is None else ep.pending_by.get(tenant, 0)) >= max_pending:
             return False
         sent = ep.in_flight - ep.in_flight_base  # sent since the report, less what finished
         if admitting(s):
@@ -74,14 +77,17 @@ def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int) -> 
     return in_flight_cap <= 0 or ep.in_flight < in_flight_cap
 
 
-def without_room(endpoints: Iterable[Endpoint], now: float, max_pending: int, in_flight_cap: int) -> frozenset[str] | None:
+def without_room(
+    endpoints: Iterable[Endpoint], now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None,
+) -> frozenset[str] | None:
     """None when the Model is saturated (at least one endpoint, none with room); else the keys of the endpoints
-    with no room (empty when all have), which the pick of a request passes over."""
+    with no room (empty when all have), which the pick of a request passes over. With ``tenant``, the requests
+    without a first token counted are that tenant's only."""
     seen = room = False
     full: list[str] = []
     for ep in endpoints:
         seen = True
-        if has_room(ep, now, max_pending, in_flight_cap):
+        if has_room(ep, now, max_pending, in_flight_cap, tenant):
             room = True
         else:
             full.append(ep.key)

@@ -125,6 +125,7 @@ class Endpoint(Protocol):
     in_flight_base: int
     pending: int
     pending_tokens: float
+    pending_by: dict[str, int]
     engine: EngineSample | None
     engine_until: float
 

@@ -53,7 +53,7 @@ from kaiwo_ctrl.local.controlplane import free_port  # noqa: E402
 NS = "kaiwo-samples"
 MODEL = "llama-8b"
 ENGINES = ("127.0.0.11", "127.0.0.12")
-ENGINE_PORT = 8000  # the operator's model server port (serving/engines.py PORT)
+ENGINE_PORT = 8000  # the operator's model server port (serving/model/engines.py PORT)
 
 
 # ----------------------------------------------------------------------------- fake servers

@@ -59,11 +59,11 @@ async def serve_http1(port: int) -> None:
     from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.kinds import MODELS
     from kaiwo_ctrl.runtime.net.http1server import Request, Response
-    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
-    from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
-    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-    from kaiwo_ctrl.serving.proxy.resolve import Resolver
+    from kaiwo_ctrl.serving.limits import ProxyLimits
+    from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.routing.resolve import Resolver
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
 
     async def handle(request: Request) -> Response:

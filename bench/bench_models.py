@@ -34,8 +34,8 @@ from kaiwo_ctrl.runtime.api.client import Client  # noqa: E402
 from kaiwo_ctrl.runtime.manager.manager import Manager  # noqa: E402
 from kaiwo_ctrl.runtime.observe.metrics import Metrics  # noqa: E402
 from kaiwo_ctrl.runtime.api.resources import NAMESPACES, PODS  # noqa: E402
-from kaiwo_ctrl.serving import controller as serving  # noqa: E402
-from kaiwo_ctrl.serving.config import ConfigSource  # noqa: E402
+from kaiwo_ctrl.serving.model import controller as serving  # noqa: E402
+from kaiwo_ctrl.serving.model.config import ConfigSource  # noqa: E402
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 

@@ -151,11 +151,11 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = Fal
 
     from kaiwo_ctrl.kinds import MODELS
     from kaiwo_ctrl.runtime.cache.informer import Informer
-    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
-    from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
-    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-    from kaiwo_ctrl.serving.proxy.resolve import Resolver
+    from kaiwo_ctrl.serving.limits import ProxyLimits
+    from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.routing.resolve import Resolver
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
 
     models = Informer(None, MODELS)  # filled by hand: the data path is what is measured
@@ -171,7 +171,7 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = Fal
     # (auth only when asked: a --baseline-tree from before the caller checks has no such argument)
     limits = ProxyLimits()
     if fair:  # --proxy-fair-queuing on, the other fair flags' defaults (a --baseline-tree from before it: not asked)
-        from kaiwo_ctrl.serving.proxy.limits import FairLimits
+        from kaiwo_ctrl.serving.limits import FairLimits
 
         limits = ProxyLimits(fair=FairLimits(enabled=True))
     handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=limits,
@@ -518,7 +518,7 @@ async def chunks_phase(ours_port: int, ours_pid: int, chunks: int, quick: bool) 
 # ---------------------------------------------------------------- PrefixHash
 def prefix_quality(endpoints: int = 8, tenants: int = 200, requests: int = 50000, in_flight: int = 256, seed: int = 1) -> None:
     """Event simulation of the CHWBL choice: Zipf-popular tenant prefixes, requests finishing at random."""
-    from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring
+    from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring
 
     rng = random.Random(seed)
     eps = {f"ns/p{i}": Endpoint(f"ns/p{i}", f"10.0.0.{i}:8000") for i in range(endpoints)}

@@ -42,7 +42,7 @@ waiting queue (and how often it had one), the mean spread of the engines'
 batches, where the requests beyond the engines' first-token p99 spent their
 time (admission queue or prefill), and PrefixHash's home/spill/fallback
 shares; ``--trace-dir`` keeps the raw samples. ``--tune`` adds engine-aware
-PrefixHash rows with scorer constants changed (``kaiwo_ctrl.serving.proxy.score``),
+PrefixHash rows with scorer constants changed (``kaiwo_ctrl.serving.routing.score``),
 to compare weights side by side in one run.
 
     .venv/bin/python bench/bench_serving.py [--quick] [--levels 64,128] [--replicas 1,2] [--rounds 3] [--instrument]
@@ -87,7 +87,7 @@ async def _engines_main(n: int) -> None:
 async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: list[str], fair: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
-    from kaiwo_ctrl.serving.proxy import score
+    from kaiwo_ctrl.serving.routing import score
 
     for kv in tune:  # --tune: a scorer constant set for this run (exploring weights side by side)
         k, _, v = kv.partition("=")
@@ -95,12 +95,12 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
 
     from kaiwo_ctrl.kinds import MODELS
     from kaiwo_ctrl.runtime.cache.informer import Informer
-    from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
+    from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
-    from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
-    from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-    from kaiwo_ctrl.serving.proxy.resolve import Resolver
-    from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
+    from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
+    from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+    from kaiwo_ctrl.serving.routing.resolve import Resolver
+    from kaiwo_ctrl.serving.routing.scrape import ScrapeConfig, attach_scraper
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
 
     models = Informer(None, MODELS)
@@ -249,7 +249,7 @@ async def run_load(targets: list[tuple[str, str]], users: int, duration: float, 
 async def _engine_counters(n: int) -> tuple[float, float, float]:
     """(prefix-cache query tokens, hit tokens, running+waiting) summed over the engines."""
     from kaiwo_ctrl.runtime.net.http1 import Pool
-    from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
+    from kaiwo_ctrl.serving.routing.enginemetrics import parse_engine_metrics
 
     pool = Pool()
     q = h = busy = 0.0
@@ -282,7 +282,7 @@ async def _reset(n: int) -> None:
 async def _sample_engines(n: int, until: float, every: float) -> list[list[tuple[float, float, float]]]:
     """(running, waiting, KV use) per engine, every ``every`` s until ``until`` (instrumentation)."""
     from kaiwo_ctrl.runtime.net.http1 import Pool
-    from kaiwo_ctrl.serving.proxy.enginemetrics import parse_engine_metrics
+    from kaiwo_ctrl.serving.routing.enginemetrics import parse_engine_metrics
 
     pool = Pool()
     out: list[list[tuple[float, float, float]]] = []

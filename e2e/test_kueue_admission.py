@@ -181,18 +181,7 @@ def test_priority_preempts_lower_priority_job(queue_ready):
     high = submit(admin, "high", priority="e2e-high")
     watch.seen[high] = []
 
-    def one_low_preempted():
-        watch.poll()
-        for n in lows:
-            ev = condition(workload(admin, n), "Evicted")
-            if ev.get("status") == "True":
-                return n, ev
-        return None
-
-    victim, evicted = wait_for(one_low_preempted, 120, "Kueue to preempt a low-priority Workload")
-    assert evicted["reason"] == "Preempted", evicted
-    wait_for(lambda: holds_quota(workload(admin, high)), 120, "the high-priority Workload admitted")
-    assert workload(admin, high)["spec"]["priority"] == 1000
+    victim = preempted_for(lambda n: workload(admin, n), lows, high, "Workload", on_poll=watch.poll)
     wait_for(lambda: watch.poll()[victim] == "PENDING", 120, "the preempted KaiwoJob back to PENDING")
     assert "RUNNING" in watch.seen[victim] or "STARTING" in watch.seen[victim], watch.seen[victim]
     preempted_at = len(watch.seen[victim])
@@ -278,6 +267,26 @@ def test_dynamic_node_pool_raises_quota_and_admits_pending_job(queue_ready, kube
     finally:
         for n in services:
             admin.delete(f"{KAIWO}/namespaces/{NS}/kaiwoservices/{n}")
+
+
+def preempted_for(workload_of, lows: list[str], high: str, what: str, on_poll=None) -> str:
+    """Wait until Kueue evicts one of ``lows`` (reason Preempted) and admits ``high`` at its
+    priority (1000); the victim's name. ``workload_of`` finds a job's Workload by its name."""
+
+    def one_low_preempted():
+        if on_poll:
+            on_poll()
+        for n in lows:
+            ev = condition(workload_of(n), "Evicted")
+            if ev.get("status") == "True":
+                return n, ev
+        return None
+
+    victim, evicted = wait_for(one_low_preempted, 120, f"Kueue to preempt a low-priority {what}")
+    assert evicted["reason"] == "Preempted", evicted
+    wait_for(lambda: holds_quota(workload_of(high)), 120, f"the high-priority {what} admitted")
+    assert workload_of(high)["spec"]["priority"] == 1000
+    return victim
 
 
 def ray_job_name(admin) -> str:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from e2e.conftest import condition, get, wait_for
-from e2e.test_kueue_admission import KAIWO_CONFIG, QUEUE_CONFIG, holds_quota
+from e2e.test_kueue_admission import KAIWO_CONFIG, QUEUE_CONFIG, holds_quota, preempted_for
 from e2e.test_ray_workloads import KAIWO, KUEUE, NS, ray_ns  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.e2e
@@ -72,17 +72,7 @@ def test_high_priority_ray_job_preempts_a_low_priority_one(ray_ns):
         high = ray_job(admin, "rhigh", 8, priorityClass="e2e-high")
         names.append(high)
 
-        def one_low_preempted():
-            for n in lows:
-                ev = condition(ray_workload(admin, n), "Evicted")
-                if ev.get("status") == "True":
-                    return n, ev
-            return None
-
-        victim, evicted = wait_for(one_low_preempted, 120, "Kueue to preempt a low-priority RayJob")
-        assert evicted["reason"] == "Preempted", evicted
-        wait_for(lambda: holds_quota(ray_workload(admin, high)), 120, "the high-priority RayJob admitted")
-        assert ray_workload(admin, high)["spec"]["priority"] == 1000
+        victim = preempted_for(lambda n: ray_workload(admin, n), lows, high, "RayJob")
         rj = get(admin, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/{victim}")
         assert rj["spec"].get("suspend") is True, "Kueue suspended the preempted RayJob"
         wait_for(lambda: status(admin, victim).get("status") == "PENDING", 120, "the preempted Ray KaiwoJob back to PENDING")

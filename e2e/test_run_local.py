@@ -133,8 +133,9 @@ def test_ctrl_c_tears_everything_down(tmp_path):
         wait_for_line(r'"id":"qwen2-500m-cpu"', 60)  # the printed /openai/v1/models lists the sample Model
         proxy_url = next(m.group(1) for line in lines if (m := re.search(r"OpenAI-compatible proxy: (\S+)", line)))
         call_sample_model_through_proxy(run_dir / "plane" / "kubeconfig", proxy_url)
-        wait_for_line(r"status: KaiwoJob hello-job COMPLETE", 300)
-        assert any("status: KaiwoJob hello-job RUNNING" in line for line in lines), "".join(lines)[-4000:]
+        # the status lines follow the samples from "samples reconciled" on; the 10 s job may already be
+        # COMPLETE by then on a loaded machine, so its RUNNING is not always printed
+        wait_for_line(r"status: KaiwoJob hello-job COMPLETE;KaiwoService hello-service READY", 300)
         state = json.loads((run_dir / "plane" / "state.json").read_text())
         assert processes_under(run_dir)
     finally:

@@ -165,7 +165,7 @@ def _webhook_options(args: argparse.Namespace, namespace: str):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["adapter-loader"]:
-        from kaiwo_ctrl.serving.adapterloader import main as loader_main
+        from kaiwo_ctrl.serving.model.adapterloader import main as loader_main
 
         return loader_main(argv[1:])
     if argv[:1] == ["download"]:
@@ -259,8 +259,8 @@ def _render(args: argparse.Namespace) -> int:
         print(f"render: {e}", file=sys.stderr)
         return 2
     if any(isinstance(d, dict) and d.get("kind") == "Model" for d in docs):
-        from kaiwo_ctrl.serving.config import ConfigError, load_config
-        from kaiwo_ctrl.serving.render import RenderError, render as render_models
+        from kaiwo_ctrl.serving.model.config import ConfigError, load_config
+        from kaiwo_ctrl.serving.model.render import RenderError, render as render_models
 
         try:
             out += render_models(docs, load_config(args.model_config))
@@ -296,7 +296,7 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
     from kaiwo_ctrl.runtime.manager.manager import LeadershipLost
     from kaiwo_ctrl.runtime.observe.tracing import setup_tracing
 
-    from kaiwo_ctrl.serving.config import ConfigError, ConfigSource
+    from kaiwo_ctrl.serving.model.config import ConfigError, ConfigSource
     from kaiwo_ctrl.settings import operator_namespace
     from kaiwo_ctrl.listeners import ListenerError, failed
 

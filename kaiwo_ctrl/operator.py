@@ -47,8 +47,8 @@ async def build_operator(
     from kaiwo_ctrl.monitoring.state import setup as state_metrics_setup
 
     state_metrics_setup(mgr)  # kaiwo_workloads, kaiwo_model_replicas, ... read from the caches at scrape time
-    from kaiwo_ctrl.serving import controller as serving
-    from kaiwo_ctrl.serving.config import ConfigSource
+    from kaiwo_ctrl.serving.model import controller as serving
+    from kaiwo_ctrl.serving.model.config import ConfigSource
 
     # KubeAI Models in every namespace; ``model_config`` is the --model-config file (None: built-in defaults)
     source = model_config if isinstance(model_config, ConfigSource) else ConfigSource(model_config)

@@ -85,21 +85,21 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/controller.py and monitoring/monitor.py: Pod informer (GPU demand, Deployment Pods' Workloads, GPU utilisation); "
         "monitoring/reclaimer.py: GPU Pod informer, a bare GPU Pod as its own root owner (get, delete on reclaim); "
-        "serving/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
-        "serving/adapters.py: adapter.kubeai.org/<name> labels (patch)",
+        "serving/model/controller.py: Model server Pods (informer on app=model, create, delete in rollouts); "
+        "serving/model/adapters.py: adapter.kubeai.org/<name> labels (patch)",
     ),
     Rule(
         "",
         "configmaps",
         ("get", "list", "watch", "create", "update", "patch", "delete"),
         "workloads/reconcile/children.py: the download ConfigMap (informer, create, merge patch of a drifted child); "
-        "serving/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, update, delete when files are removed)",
+        "serving/model/controller.py: files ConfigMap model-<name>-files (get after AlreadyExists, update, delete when files are removed)",
     ),
     Rule(
         "",
         "services",
         ("list", "watch", "create", "delete"),
-        "serving/external.py: a Model's headless Service <model>-<uid[:6]> under proxy.mode external (informer on app=model, "
+        "serving/model/external.py: a Model's headless Service <model>-<uid[:6]> under proxy.mode external (informer on app=model, "
         "create), deleted again under internal; Services the Model does not control are never touched",
     ),
     Rule(
@@ -107,7 +107,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "persistentvolumeclaims",
         ("list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/children.py: data/HF PVCs (informer, create, merge patch, deleted on early termination); "
-        "serving/cache.py: shared model cache PVC (create, patch of its per-Model annotation)",
+        "serving/model/cache.py: shared model cache PVC (create, patch of its per-Model annotation)",
     ),
     # --- workload children --------------------------------------------------
     Rule(
@@ -115,7 +115,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "jobs",
         ("get", "list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/children.py: batch and download Jobs (informer, create, merge patch, deleted on early termination); "
-        "serving/cache.py: cache loader and evict Jobs; "
+        "serving/model/cache.py: cache loader and evict Jobs; "
         "webhooks/jobs.py: re-read and patch to release the finalizer of an adopted Job",
     ),
     Rule(
@@ -136,7 +136,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         ("get", "list", "watch", "create", "patch", "delete"),
         "workloads/reconcile/children.py: AppWrappers around Ray services; monitoring/reclaimer.py: owner chain (get)",
     ),
-    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/reconcile/controller.py: PriorityClass informer (spec.priorityClass); serving/controller.py: a created PriorityClass enqueues the Models naming it"),
+    Rule("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "workloads/reconcile/controller.py: PriorityClass informer (spec.priorityClass); serving/model/controller.py: a created PriorityClass enqueues the Models naming it"),
     Rule(
         "apiextensions.k8s.io",
         "customresourcedefinitions",
@@ -240,12 +240,12 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         KUBEAI,
         "models",
         ("list", "watch", "patch"),
-        "serving/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch); "
+        "serving/model/controller.py: Model informer; feature labels, replica bounds and the cache finalizer (patch); "
         "serving/proxy/server.py and serving/autoscale/setup.py: Model informer (routing, autoscaling); "
         "serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset (no scale subresource then); "
         "aim/controller.py: Model informer (one HTTPRoute per Model)",
     ),
-    Rule(KUBEAI, "models/status", ("patch",), "serving/controller.py: replicas, cache and conditions"),
+    Rule(KUBEAI, "models/status", ("patch",), "serving/model/controller.py: replicas, cache and conditions"),
     Rule(
         KUBEAI,
         "models/scale",
@@ -260,7 +260,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
         "reference (blockOwnerDeletion) to their Model",
         evidence=(
             ("kaiwo_ctrl/runtime/objects/ownership.py", "block_owner_deletion: bool = True"),
-            ("kaiwo_ctrl/serving/pods.py", "LABEL_MODEL"),
+            ("kaiwo_ctrl/serving/model/pods.py", "LABEL_MODEL"),
             ("kaiwo_ctrl/aim/routes.py", "owner_reference(dict(model))"),
         ),
     ),
@@ -316,11 +316,11 @@ PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUBEAI, "models", ("list", "watch", "patch"),
          "serving/proxy/server.py: Model informer (routing); serving/proxy/scale.py: spec.replicas of a Model whose replicas are unset"),
     Rule(KUBEAI, "models/scale", ("patch",), "serving/proxy/scale.py set_replicas: scale from zero"),
-    Rule("", "pods", ("list", "watch"), "serving/proxy/endpoints.py: model server Pod informer (label app=model): the endpoints"),
+    Rule("", "pods", ("list", "watch"), "serving/routing/endpoints.py: model server Pod informer (label app=model): the endpoints"),
     Rule("", "namespaces", ("list", "watch"), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before "
          "creating the route key; aim/fence.py RouteFence: Namespace informer (route tokens bind each namespace's UID); "
-         "serving/proxy/weights.py: the same informer (trimmed: settings/namespaces.py), a namespace's fair-queue weight"),
-    Rule("", "events", ("create", "patch"), "serving/proxy/fairevents.py: Saturated / SaturationCleared Events on a Model, in its "
+         "serving/routing/weights.py: the same informer (trimmed: settings/namespaces.py), a namespace's fair-queue weight"),
+    Rule("", "events", ("create", "patch"), "serving/routing/fairevents.py: Saturated / SaturationCleared Events on a Model, in its "
          "namespace (runtime/observe/events.py EventRecorder: create, patch count/lastTimestamp of a repeat)"),
     Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
     Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "runtime/observe/metricsauth.py: may the scraper get /metrics"),

@@ -68,14 +68,16 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("KAIWO_CTRL_REPO", str(ROOT))
 
 
+#: marker -> the environment variable that asks for it (the real-parts tests; ./hack/test.sh sets it)
+OPT_IN = {"real_gateway": "KAIWO_REAL_GATEWAY", "real_engines": "KAIWO_REAL_ENGINES"}
+
+
 def pytest_collection_modifyitems(config, items):
     """The real-parts tests run only when asked for (``./hack/test.sh --real-gateway`` sets
-    KAIWO_REAL_GATEWAY=1): they need parts the default set-up does not install. Deselected, not skipped:
-    they are not counted as passed."""
-    if os.environ.get("KAIWO_REAL_GATEWAY") == "1":
-        return
-    keep = [i for i in items if i.get_closest_marker("real_gateway") is None]
-    if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("real_gateway") is not None])
-        items[:] = keep
-
+    KAIWO_REAL_GATEWAY=1, ``--real-engines`` KAIWO_REAL_ENGINES=1): they need parts the default set-up does
+    not install. Deselected, not skipped: they are not counted as passed."""
+    off = [m for m, var in OPT_IN.items() if os.environ.get(var) != "1"]
+    drop = [i for i in items if any(i.get_closest_marker(m) is not None for m in off)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [i for i in items if i not in drop]

@@ -22,8 +22,8 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.auth import MODES as AUTH_MODES, AuthConfig
-from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
-from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
+from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
+from kaiwo_ctrl.serving.routing.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import ProxyServer, setup_proxy
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
@@ -148,7 +148,7 @@ def _add_engine_metrics_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
-    """Fair queuing per tenant per Model while it is saturated (issue #41; serving/proxy/fairgate.py)."""
+    """Fair queuing per tenant per Model while it is saturated (issue #41; serving/routing/fairgate.py)."""
     env = os.environ.get
     p.add_argument("--proxy-fair-queuing", choices=("on", "off"), default=env("PROXY_FAIR_QUEUING", "off"),
                    help="while a Model's engines are saturated, queue its requests per tenant (the caller's namespace; "
@@ -259,7 +259,7 @@ def _positive_int(text: str) -> int:
 
 def adapter_limits(args: argparse.Namespace) -> Any:
     """The adapter loads' limits as the flags set them."""
-    from kaiwo_ctrl.serving.adapters import AdapterLimits
+    from kaiwo_ctrl.serving.model.adapters import AdapterLimits
 
     return AdapterLimits(call_timeout=args.adapter_call_timeout, per_namespace=args.adapter_calls_per_namespace)
 

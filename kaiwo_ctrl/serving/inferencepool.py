@@ -35,8 +35,8 @@ from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_r
 from kaiwo_ctrl.runtime.api.resources import served as kinds_served
 from kaiwo_ctrl.settings import settings_for
 
-from .engines import PORT
-from .podcontract import LABEL_APP, LABEL_MODEL
+from kaiwo_ctrl.serving.model.engines import PORT
+from kaiwo_ctrl.serving.podcontract import LABEL_APP, LABEL_MODEL
 
 log = logging.getLogger("kaiwo_ctrl.serving.inferencepool")
 

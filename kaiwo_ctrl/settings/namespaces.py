@@ -8,7 +8,7 @@ an admin sets on a Namespace for Kaiwo:
 
 * ``kaiwo.silogen.ai/priority-classes`` (:mod:`.priority`);
 * ``kaiwo.silogen.ai/serving-weight``: the namespace's weight in a shared
-  Model's fair queue (``serving/proxy/weights.py``).
+  Model's fair queue (``serving/routing/weights.py``).
 
 Labels, other annotations, spec and status are dropped: a cluster's Namespaces
 cost a few hundred bytes each in every process.

@@ -23,8 +23,8 @@ from pydantic import ValidationError
 from kaiwo_ctrl.aim.validation import spec_errors as aim_spec_errors
 from kaiwo_ctrl.queues.validate import validate as validate_queue_config
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
-from kaiwo_ctrl.serving.config import SystemConfig
-from kaiwo_ctrl.serving.profiles import profile_errors
+from kaiwo_ctrl.serving.model.config import SystemConfig
+from kaiwo_ctrl.serving.model.profiles import profile_errors
 from kaiwo_ctrl.workloads.base.kaiwoobject import KaiwoObject
 from kaiwo_ctrl.workloads.builders.validation import spec_error_from_validation
 from kaiwo_ctrl.workloads.builders.validation import validate as validate_workload_spec

@@ -31,7 +31,7 @@ from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving.command import run_with_manager
-from kaiwo_ctrl.serving.proxy.scrape import ScrapeConfig, attach_scraper
+from kaiwo_ctrl.serving.routing.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
 

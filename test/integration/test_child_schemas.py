@@ -26,9 +26,9 @@ from kaiwo_ctrl.queues.defaults import default_queue_config
 from kaiwo_ctrl.queues.kueue import desired_kueue_objects
 from kaiwo_ctrl.queues.localqueue import desired_local_queue
 from kaiwo_ctrl.queues.nodepools import discover
-from kaiwo_ctrl.serving.cache import evict_job
-from kaiwo_ctrl.serving.config import parse_config
-from kaiwo_ctrl.serving.render import render as render_models
+from kaiwo_ctrl.serving.model.cache import evict_job
+from kaiwo_ctrl.serving.model.config import parse_config
+from kaiwo_ctrl.serving.model.render import render as render_models
 from kaiwo_ctrl.workloads.reconcile.desired import desired_children
 from kaiwo_ctrl.runtime.objects.ownership import RENDER_UID
 from kaiwo_ctrl.workloads.reconcile.render import as_discovered, render

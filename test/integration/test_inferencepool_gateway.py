@@ -12,23 +12,18 @@ Opt-in (``-m real_gateway``, ``./hack/test.sh --real-gateway``): the parts are b
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
 import pytest
 
 from kaiwo_ctrl.kinds import KAIWOCONFIGS
-from kaiwo_ctrl.runtime.api.client import Client
-from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving import controller as serving, inferencepool
-from kaiwo_ctrl.serving.config import ConfigSource
-from kaiwo_ctrl.serving.engines import PORT
+from kaiwo_ctrl.serving import inferencepool
+from kaiwo_ctrl.serving.model.engines import PORT
 from proxy_support import FakeOpenAI, set_pod_ready
 from support import eventually
 from support.gateway import binaries, picker_crds, start_envoy, start_picker
-from test_serving_support import TEST_CONFIG, create_model, list_pods, models_url, patch_model
+from test_serving_support import TEST_CONFIG, serving_manager, create_model, list_pods, models_url, patch_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_gateway]
 
@@ -52,16 +47,8 @@ async def pools_on(control_plane, admin, tmp_path):
     assert r.status_code in (200, 201), r.text
     path = tmp_path / "model-config.yaml"
     path.write_text(yaml.safe_dump(TEST_CONFIG))
-    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
-    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    serving.setup(mgr, ConfigSource(path, interval=0.2), workers=2)
-    pools = inferencepool.setup(mgr)
-    stop = asyncio.Event()
-    task = asyncio.create_task(mgr.run(stop))
-    await asyncio.wait_for(mgr.is_leader.wait(), 60)
-    yield pools
-    stop.set()
-    await asyncio.wait_for(task, 60)
+    async with serving_manager(control_plane, path, also=inferencepool.setup) as mgr:
+        yield mgr.also
     if before.status_code == 404:
         admin.delete(CONFIG)
     else:

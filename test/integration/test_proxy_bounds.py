@@ -18,7 +18,7 @@ from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving.command import run_with_manager
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from proxy_support import Proxy, create_model, next_host, server_pod, start_proxy, stop_proxy
 from support import eventually

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from kaiwo_ctrl.serving.proxy.auth import AuthConfig
-from kaiwo_ctrl.serving.proxy.limits import FairLimits, ProxyLimits
+from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
 from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION
 from proxy_support import backends, create_model, server_pod, start_proxy, stop_proxy  # noqa: F401 - fixtures
 from support import eventually

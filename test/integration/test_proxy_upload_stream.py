@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.limits import ProxyLimits
 from proxy_support import Proxy, create_model, next_host, server_pod, start_proxy, stop_proxy
 from support import eventually
 from support.rawupstream import RawUpstream, Seen, json_answer

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 
 from kaiwo_ctrl.local.controlplane import free_port
-from kaiwo_ctrl.serving.adapterloader import make_app
-from kaiwo_ctrl.serving.adapters import url_hash
+from kaiwo_ctrl.serving.model.adapterloader import make_app
+from kaiwo_ctrl.serving.model.adapters import url_hash
 from test_serving_support import (  # noqa: F401 - fixtures
     MERGE,
     condition,

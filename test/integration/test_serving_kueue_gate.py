@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.serving.admission import OPERATOR_GATE
+from kaiwo_ctrl.serving.model.admission import OPERATOR_GATE
 from test_serving_support import (  # noqa: F401 - fixtures
     MERGE,
     TEST_CONFIG,

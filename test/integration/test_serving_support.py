@@ -7,6 +7,7 @@ No kubelet runs: tests mark server Pods Ready (or Failed) through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,8 +17,8 @@ import yaml
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving import controller as serving
-from kaiwo_ctrl.serving.config import ConfigSource
+from kaiwo_ctrl.serving.model import controller as serving
+from kaiwo_ctrl.serving.model.config import ConfigSource
 from support import eventually
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -37,24 +38,33 @@ def models_url(ns: str, name: str = "") -> str:
     return f"/apis/kubeai.org/v1/namespaces/{ns}/models" + (f"/{name}" if name else "")
 
 
+@contextlib.asynccontextmanager
+async def serving_manager(control_plane, path: Path, also=None):
+    """A Manager running the Model controller on the config file at ``path`` (and whatever
+    ``also(mgr)`` adds), leading and with its controllers started; stopped on exit."""
+    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
+    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
+    mgr.rec = serving.setup(mgr, ConfigSource(path, interval=0.2), workers=2)  # type: ignore[attr-defined]
+    mgr.also = also(mgr) if also else None  # type: ignore[attr-defined]
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.run(stop))
+    try:
+        await asyncio.wait_for(mgr.is_leader.wait(), 60)
+        await eventually(lambda: all(c._tasks for c in mgr.controllers), what="controllers started")
+        yield mgr
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
 @pytest.fixture
 async def serving_op(control_plane, tmp_path):
     """The Model controller in a Manager, with a config file the test may rewrite."""
     path = tmp_path / "model-config.yaml"
     path.write_text(yaml.safe_dump(TEST_CONFIG))
-    client = await Client.from_kubeconfig(str(control_plane.kubeconfig))
-    mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
-    source = ConfigSource(path, interval=0.2)
-    rec = serving.setup(mgr, source, workers=2)
-    stop = asyncio.Event()
-    task = asyncio.create_task(mgr.run(stop))
-    await asyncio.wait_for(mgr.is_leader.wait(), 60)
-    await eventually(lambda: all(c._tasks for c in mgr.controllers), what="controllers started")
-    mgr.rec = rec  # type: ignore[attr-defined]
-    mgr.config_path = path  # type: ignore[attr-defined]
-    yield mgr
-    stop.set()
-    await asyncio.wait_for(task, 60)
+    async with serving_manager(control_plane, path) as mgr:
+        mgr.config_path = path  # type: ignore[attr-defined]
+        yield mgr
 
 
 def create_model(admin, ns: str, name: str, **spec) -> dict:

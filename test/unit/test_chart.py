@@ -222,7 +222,7 @@ def test_invalid_values_are_refused(helm, bad, message):
 
 
 def test_proxy_mode_external_reaches_the_operator_and_drops_the_proxy(helm, tmp_path):
-    from kaiwo_ctrl.serving.config import load_config
+    from kaiwo_ctrl.serving.model.config import load_config
 
     def model_config(docs: list[dict[str, Any]]) -> str:
         return str(by_key(docs)[("ConfigMap", "kaiwo-model-config")]["data"]["config.yaml"])
@@ -276,7 +276,7 @@ modelAutoscaling:
 
 
 def test_kubeai_values_file_becomes_the_model_config(helm, tmp_path):
-    from kaiwo_ctrl.serving.config import load_config
+    from kaiwo_ctrl.serving.model.config import load_config
 
     f = tmp_path / "kubeai-values.yaml"
     f.write_text(KUBEAI_VALUES)

@@ -13,18 +13,8 @@ import pytest
 from kaiwo_ctrl.runtime.net.http1budget import BodyBudget
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 from support import eventually
+from support.echoapp import Echo
 
-
-class Echo:
-    def __init__(self) -> None:
-        self.handled: list[bytes] = []
-        self.gate = asyncio.Event()
-        self.gate.set()
-
-    async def __call__(self, request: Request) -> Response:
-        self.handled.append(bytes(request.body))
-        await self.gate.wait()
-        return Response(200, [(b"Content-Type", b"text/plain")], b"echo:" + bytes(request.body))
 
 
 @pytest.fixture

@@ -11,20 +11,9 @@ import socket
 
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Server
 from support import eventually
+from support.echoapp import TEXT, Echo
 
-TEXT = [(b"Content-Type", b"text/plain")]
 
-
-class Echo:
-    def __init__(self) -> None:
-        self.handled: list[bytes] = []
-        self.gate = asyncio.Event()
-        self.gate.set()
-
-    async def __call__(self, request: Request) -> Response:
-        self.handled.append(bytes(request.body))
-        await self.gate.wait()
-        return Response(200, TEXT, b"echo:" + bytes(request.body))
 
 
 def statuses(out: bytes) -> list[int]:

@@ -109,7 +109,7 @@ def test_the_operator_process_loads_neither_httpx_nor_the_websocket_module():
         "    pkg = importlib.import_module('kaiwo_ctrl.' + name)\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        importlib.import_module(m.name)\n"
-        "assert 'kaiwo_ctrl.serving.adapters' in sys.modules and 'kaiwo_ctrl.monitoring.monitor' in sys.modules\n"
+        "assert 'kaiwo_ctrl.serving.model.adapters' in sys.modules and 'kaiwo_ctrl.monitoring.monitor' in sys.modules\n"
         "bad = [m for m in ('httpx', 'kaiwo_ctrl.kaiwo_cli.streams') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, pod_endpoint
+from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring, hash64, least_load
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, pod_endpoint
 
 
 def eps(n: int, adapters: dict[int, set[str]] | None = None) -> dict[str, Endpoint]:

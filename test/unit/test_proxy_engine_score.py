@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from kaiwo_ctrl.serving.proxy.balance import Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.enginemetrics import MAX_ADAPTERS, MAX_REQUESTS, BadMetrics, parse_engine_metrics
-from kaiwo_ctrl.serving.proxy.endpoints import RECENT_KEYS, Group
-from kaiwo_ctrl.serving.proxy.score import (
+from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring, hash64, least_load
+from kaiwo_ctrl.serving.routing.enginemetrics import MAX_ADAPTERS, MAX_REQUESTS, BadMetrics, parse_engine_metrics
+from kaiwo_ctrl.serving.routing.endpoints import RECENT_KEYS, Group
+from kaiwo_ctrl.serving.routing.score import (
     BYTES_PER_TOKEN, HOME_MAX_KV, HOME_SLACK, HOME_W_PENDING, HOME_W_RUNNING, NEW_SLACK, SLACK_MAX, TOKENS_PER_LOAD, W_AFFINITY, W_KV, W_LOCAL, W_PENDING, W_PREFILL,
     W_RUNNING,
     UNSEEN_MAX, W_WAITING, EngineSample, admitting, endpoint_load, home_acceptable, home_load, home_slack,
@@ -144,6 +144,32 @@ def test_parse_older_and_sglang_names():
     assert parse_engine_metrics(b"vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.75\n") == S(running=1, kv=0.75)
     assert parse_engine_metrics(b"vllm:kv_cache_usage_perc 0.1\nvllm:gpu_cache_usage_perc 0.9\nvllm:num_requests_waiting 0\n").kv == 0.1
     assert parse_engine_metrics(b"sglang:num_running_reqs 2\nsglang:num_queue_reqs 4\nsglang:token_usage 0.3\n") == S(2, 4, 0.3)
+
+
+#: one table row an engine: its /metrics text -> (running, waiting, KV use)
+ENGINE_TABLE = [
+    ("vllm", b"vllm:num_requests_running 3\nvllm:num_requests_waiting 1\nvllm:kv_cache_usage_perc 0.4\n", (3, 1, 0.4)),
+    ("sglang", b"sglang:num_running_reqs 2\nsglang:num_queue_reqs 4\nsglang:token_usage 0.3\n", (2, 4, 0.3)),
+    # llama-server --metrics as current llama.cpp prints it: HELP/TYPE lines, no KV figure
+    ("llama.cpp", b"# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n"
+                  b"# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 120\n"
+                  b"# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n"
+                  b"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 5\n"
+                  b"llamacpp:n_busy_slots_per_decode 1.5\n", (2, 5, 0.0)),
+    ("llama.cpp, older", b"llamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n"
+                         b"llamacpp:kv_cache_usage_ratio 0.6\nllamacpp:kv_cache_tokens 300\n", (1, 0, 0.6)),
+]
+
+
+@pytest.mark.parametrize(("engine", "body", "want"), ENGINE_TABLE, ids=[row[0] for row in ENGINE_TABLE])
+def test_parse_each_engines_own_names(engine, body, want):
+    s = parse_engine_metrics(body)
+    assert (s.running, s.waiting, s.kv) == want, engine
+
+
+def test_a_lying_llama_cpp_figure_is_refused():
+    with pytest.raises(BadMetrics):
+        parse_engine_metrics(b"llamacpp:requests_processing 1\nllamacpp:kv_cache_usage_ratio 7\n")
 
 
 @pytest.mark.parametrize("body", [

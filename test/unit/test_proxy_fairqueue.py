@@ -8,12 +8,12 @@ import argparse
 import pytest
 
 from kaiwo_ctrl.serving.command import add_proxy_arguments, proxy_limits
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
-from kaiwo_ctrl.serving.proxy.fairgate import tenant_of
-from kaiwo_ctrl.serving.proxy.fairqueue import MAX_WEIGHT, FairQueue, QueueFull, clamp_weight
-from kaiwo_ctrl.serving.proxy.limits import FairLimits
-from kaiwo_ctrl.serving.proxy.saturation import saturated, without_room
-from kaiwo_ctrl.serving.proxy.score import EngineSample
+from kaiwo_ctrl.serving.routing.balance import Endpoint
+from kaiwo_ctrl.serving.routing.fairgate import tenant_of
+from kaiwo_ctrl.serving.routing.fairqueue import MAX_WEIGHT, FairQueue, QueueFull, clamp_weight
+from kaiwo_ctrl.serving.limits import FairLimits
+from kaiwo_ctrl.serving.routing.saturation import saturated, without_room
+from kaiwo_ctrl.serving.routing.score import EngineSample
 
 
 def order(arrivals: str, weights: dict[str, int] | None = None, n: int | None = None) -> str:

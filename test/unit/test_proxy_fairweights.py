@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from kaiwo_ctrl.serving.proxy.fairevents import SaturationEvents
-from kaiwo_ctrl.serving.proxy.fairqueue import MAX_WEIGHT, FairQueue
-from kaiwo_ctrl.serving.proxy.weights import NamespaceWeights, parse_weight
+from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
+from kaiwo_ctrl.serving.routing.fairqueue import MAX_WEIGHT, FairQueue
+from kaiwo_ctrl.serving.routing.weights import NamespaceWeights, parse_weight
 from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION, trim_namespace
 from kaiwo_ctrl.settings.priority import ANNOTATION as PRIORITY_ANNOTATION
 
@@ -37,7 +37,7 @@ def test_weights_from_the_namespace_annotation(caplog: pytest.LogCaptureFixture)
     w = NamespaceWeights(Namespaces({"heavy": {SERVING_WEIGHT_ANNOTATION: "3"}, "plain": {},
                                      "bad": {SERVING_WEIGHT_ANNOTATION: "lots"}}))
     assert [w("heavy"), w("plain"), w("no-such-namespace"), w("")] == [3, 1, 1, 1]
-    with caplog.at_level(logging.WARNING, logger="kaiwo_ctrl.serving.proxy.weights"):
+    with caplog.at_level(logging.WARNING, logger="kaiwo_ctrl.serving.routing.weights"):
         assert [w("bad"), w("bad"), w("bad")] == [1, 1, 1]
     assert len([r for r in caplog.records if "bad" in r.getMessage()]) == 1, "a bad value is logged once"
 

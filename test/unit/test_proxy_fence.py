@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from kaiwo_ctrl.runtime.net.http1message import Request, Response
 from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.forward import request_headers
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.server import gateway_route, route
 
 KEY = bytes(range(32))

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from kaiwo_ctrl.serving.command import add_proxy_arguments, proxy_limits
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.limits import ProxyLimits
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -12,9 +12,9 @@ from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER, BodyStream, StreamBo
 from kaiwo_ctrl.runtime.net.http1budget import BudgetBusy
 from kaiwo_ctrl.runtime.net.http1server import Request
 from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
+from kaiwo_ctrl.serving.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.multipart import ModelPartScanner, check_boundary, split_multipart_model, take_model_part
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError
+from kaiwo_ctrl.serving.routing.resolve import ProxyError
 
 B = "XyZ-7f"
 

@@ -13,13 +13,13 @@ import pytest
 from kaiwo_ctrl.runtime.net.http1 import Pool
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.kinds import MODELS
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
-from kaiwo_ctrl.serving.proxy.exchange import Exchange
+from kaiwo_ctrl.serving.routing.balance import Endpoint
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, Group
+from kaiwo_ctrl.serving.routing.exchange import Exchange
 from kaiwo_ctrl.serving.proxy.forward import UpstreamFailed, forward
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import Target
-from kaiwo_ctrl.serving.proxy.router import Router
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.resolve import Target
+from kaiwo_ctrl.serving.routing.router import Router
 from prometheus_client import CollectorRegistry
 from support import eventually
 

@@ -9,8 +9,8 @@ from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.serving.proxy.handler import split_multipart_model
 from kaiwo_ctrl.serving.proxy.listing import ModelListing
-from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, request_timeout, selectors_of
+from kaiwo_ctrl.serving.routing.prefix import extract_prefix
+from kaiwo_ctrl.serving.routing.resolve import ProxyError, Resolver, request_timeout, selectors_of
 from kaiwo_ctrl.runtime.objects.labelselector import SelectorError, matches, parse_selector
 
 

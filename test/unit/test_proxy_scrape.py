@@ -15,8 +15,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
-from kaiwo_ctrl.serving.proxy.scrape import EngineScraper, ScrapeConfig
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
+from kaiwo_ctrl.serving.routing.scrape import EngineScraper, ScrapeConfig
 from support import eventually
 
 GOOD = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 5\nvllm:kv_cache_usage_perc 0.5\n"
@@ -139,7 +139,7 @@ async def test_a_hostile_or_broken_answer_is_an_error_and_a_fallback(answer, rea
     cfg = ScrapeConfig(interval=0.05, timeout=0.3, max_bytes=4096, max_backoff=0.1)
     server, ep, reg, scraper, task = await run_scraper(answer, cfg)
     try:
-        from kaiwo_ctrl.serving.proxy.score import EngineSample
+        from kaiwo_ctrl.serving.routing.score import EngineSample
 
         ep.engine, ep.engine_until = EngineSample(running=9), time.monotonic() + 60  # an earlier good report
         t0 = time.monotonic()

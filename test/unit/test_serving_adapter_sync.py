@@ -4,7 +4,7 @@ a reconcile that runs before the cache shows its label write loads nothing again
 from __future__ import annotations
 
 from kaiwo_ctrl.runtime.control.expectations import Expectations
-from kaiwo_ctrl.serving.adapters import ADAPTER_LABEL_PREFIX, AdapterSync, url_hash
+from kaiwo_ctrl.serving.model.adapters import ADAPTER_LABEL_PREFIX, AdapterSync, url_hash
 
 MODEL = {"metadata": {"name": "m", "namespace": "ns"}, "spec": {"adapters": [{"name": "sql", "url": "hf://org/sql"}]}}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from kaiwo_ctrl.serving.adapterloader import make_app
+from kaiwo_ctrl.serving.model.adapterloader import make_app
 from support import eventually
 
 

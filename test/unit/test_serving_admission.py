@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaiwo_ctrl.serving.admission import (
+from kaiwo_ctrl.serving.model.admission import (
     OPERATOR_GATE,
     requests_gpus,
     ADMISSION_GATE,
@@ -18,11 +18,11 @@ from kaiwo_ctrl.serving.admission import (
     quota,
     queue_labels,
 )
-from kaiwo_ctrl.serving.config import parse_config
-from kaiwo_ctrl.serving.controller import trim_pod
+from kaiwo_ctrl.serving.model.config import parse_config
+from kaiwo_ctrl.serving.model.controller import trim_pod
 from kaiwo_ctrl.serving.inferencepool import ANNOTATION_PICKER, PickerError, desired_pool, up_to_date
-from kaiwo_ctrl.serving.pods import build_pod
-from kaiwo_ctrl.serving.status import QUOTA_RESERVED, desired_status, replica_counts
+from kaiwo_ctrl.serving.model.pods import build_pod
+from kaiwo_ctrl.serving.model.status import QUOTA_RESERVED, desired_status, replica_counts
 
 
 def model(labels=None, annotations=None, **spec) -> dict:
@@ -191,7 +191,7 @@ def test_pool_drift_is_detected():
 
 
 def test_pending_means_kueue_found_no_quota():
-    from kaiwo_ctrl.serving.admission import pending
+    from kaiwo_ctrl.serving.model.admission import pending
 
     assert pending(workload("p", QuotaReserved={"status": "False", "reason": "Pending", "message": "no quota"}))
     assert not pending(workload("p", QuotaReserved={"status": "True", "reason": "QuotaReserved"}))
@@ -201,7 +201,7 @@ def test_pending_means_kueue_found_no_quota():
 def test_render_shows_the_queue_a_model_names():
     import io
 
-    from kaiwo_ctrl.serving.render import render
+    from kaiwo_ctrl.serving.model.render import render
 
     doc = {"apiVersion": "kubeai.org/v1", "kind": "Model",
            "metadata": {"name": "m", "labels": {LABEL_QUEUE_NAME: "team-a", LABEL_PRIORITY_CLASS: "low"}},

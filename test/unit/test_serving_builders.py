@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
-from kaiwo_ctrl.serving.config import ConfigError, ConfigSource, load_config, parse_config
-from kaiwo_ctrl.serving.modelfields import bounded_replicas, feature_labels
-from kaiwo_ctrl.serving.files import desired_configmap, file_key
-from kaiwo_ctrl.serving.jsonpatch import PatchError, apply_patch
-from kaiwo_ctrl.serving.pods import build_pod
-from kaiwo_ctrl.serving.profiles import multiply, resolve_profile
-from kaiwo_ctrl.serving.rollout import deletion_order, plan
-from kaiwo_ctrl.serving.urls import parse_url
+from kaiwo_ctrl.serving.model.config import ConfigError, ConfigSource, load_config, parse_config
+from kaiwo_ctrl.serving.model.modelfields import bounded_replicas, feature_labels
+from kaiwo_ctrl.serving.model.files import desired_configmap, file_key
+from kaiwo_ctrl.serving.model.jsonpatch import PatchError, apply_patch
+from kaiwo_ctrl.serving.model.pods import build_pod
+from kaiwo_ctrl.serving.model.profiles import multiply, resolve_profile
+from kaiwo_ctrl.serving.model.rollout import deletion_order, plan
+from kaiwo_ctrl.serving.model.urls import parse_url
 
 
 def model(**spec) -> dict:

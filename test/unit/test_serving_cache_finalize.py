@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaiwo_ctrl.runtime.api.apitypes import ApiError
-from kaiwo_ctrl.serving.cache import FINALIZER, PVC_ANNOTATION_PREFIX, CacheManager, evict_job_name, pvc_name
-from kaiwo_ctrl.serving.config import parse_config
+from kaiwo_ctrl.serving.model.cache import FINALIZER, PVC_ANNOTATION_PREFIX, CacheManager, evict_job_name, pvc_name
+from kaiwo_ctrl.serving.model.config import parse_config
 
 NS, NAME, UID, PROFILE = "team", "m", "uid-1", "fast"
 CONFIG = parse_config({"cacheProfiles": {PROFILE: {"sharedFilesystem": {"storageClassName": "s"}}}})

@@ -3,10 +3,10 @@ adapter sidecars (pure builders), and the loader-failure status."""
 
 from __future__ import annotations
 
-from kaiwo_ctrl.serving.cache import job_failure, loader_job
-from kaiwo_ctrl.serving.config import parse_config
-from kaiwo_ctrl.serving.pods import build_pod
-from kaiwo_ctrl.serving.status import desired_status
+from kaiwo_ctrl.serving.model.cache import job_failure, loader_job
+from kaiwo_ctrl.serving.model.config import parse_config
+from kaiwo_ctrl.serving.model.pods import build_pod
+from kaiwo_ctrl.serving.model.status import desired_status
 
 
 def model(env: dict | None = None, **spec) -> dict:
@@ -167,7 +167,7 @@ def test_render_applies_namespace_config(tmp_path, capsys):
 
 
 def test_evict_job_gets_pull_secrets_but_no_credentials():
-    from kaiwo_ctrl.serving.cache import evict_job
+    from kaiwo_ctrl.serving.model.cache import evict_job
 
     spec = evict_job(model(cacheProfile="f"), parse_config(None), NS_CONFIG)["spec"]["template"]["spec"]
     assert spec["imagePullSecrets"] == [{"name": "ns-pull"}, {"name": "shared-pull"}]

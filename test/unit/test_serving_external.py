@@ -2,8 +2,8 @@
 
 import pytest
 
-from kaiwo_ctrl.serving.config import ConfigError, parse_config
-from kaiwo_ctrl.serving.external import (
+from kaiwo_ctrl.serving.model.config import ConfigError, parse_config
+from kaiwo_ctrl.serving.model.external import (
     SCALE_FROM_ZERO,
     desired_service,
     relies_on_scale_from_zero,

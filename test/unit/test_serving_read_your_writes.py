@@ -12,8 +12,8 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.control.handler import Request
-from kaiwo_ctrl.serving.config import parse_config
-from kaiwo_ctrl.serving.controller import ModelReconciler
+from kaiwo_ctrl.serving.model.config import parse_config
+from kaiwo_ctrl.serving.model.controller import ModelReconciler
 
 NS, NAME = "team", "m"
 

@@ -39,7 +39,7 @@ def test_builders_take_the_deadline_and_image_from_the_world(monkeypatch):
 
 
 def test_one_default_image_for_downloads_and_the_model_loader(monkeypatch):
-    from kaiwo_ctrl.serving.config import parse_config
+    from kaiwo_ctrl.serving.model.config import parse_config
 
     monkeypatch.delenv(env.IMAGE_ENV, raising=False)
     assert parse_config(None).loader_image == env.DEFAULT_IMAGE == World().downloader_image

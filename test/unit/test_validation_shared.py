@@ -12,8 +12,8 @@ from kaiwo_ctrl.aim.status import READY, Observed
 from kaiwo_ctrl.aim.status import desired_status as aim_status
 from kaiwo_ctrl.aim.validation import first_error as aim_first_error
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
-from kaiwo_ctrl.serving.config import parse_config
-from kaiwo_ctrl.serving.pods import build_pod
+from kaiwo_ctrl.serving.model.config import parse_config
+from kaiwo_ctrl.serving.model.pods import build_pod
 from kaiwo_ctrl.webhooks.validate import OwnKindValidator
 from kaiwo_ctrl.workloads.reconcile.desired import load
 from kaiwo_ctrl.workloads.builders.validation import MAX_ENTRYPOINT_BYTES, validate

@@ -229,7 +229,7 @@ def test_config_default_wires_the_webhooks_to_the_manager():
 def test_profiles_follow_a_live_model_config_source():
     from types import SimpleNamespace
 
-    from kaiwo_ctrl.serving.config import parse_config
+    from kaiwo_ctrl.serving.model.config import parse_config
     from kaiwo_ctrl.webhooks.validate import profiles_of
 
     source = SimpleNamespace(current=parse_config({"resourceProfiles": {"cpu": {}}}))

@@ -27,7 +27,7 @@ import pytest
 from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
 from kaiwo_ctrl.runtime.objects.packed import Packed, unpacked
 from kaiwo_ctrl.runtime.cache.store import index_by_label, index_by_namespace, index_by_owner_uid
-from kaiwo_ctrl.serving.cache import LOADER_HASH_ANNOTATION, _loader_hash, job_complete, job_failure
+from kaiwo_ctrl.serving.model.cache import LOADER_HASH_ANNOTATION, _loader_hash, job_complete, job_failure
 from kaiwo_ctrl.webhooks.finalizers import stuck
 from kaiwo_ctrl.webhooks.jobs import FINALIZER, controlled_by_kaiwojob, tracking_kaiwojob
 from kaiwo_ctrl.workloads.reconcile.caches import TRANSFORMS, trim_job

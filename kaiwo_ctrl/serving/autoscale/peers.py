@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kaiwo_ctrl.runtime.net.fetch import Fetcher
-from kaiwo_ctrl.serving.proxy.metrics import ACTIVE
+from kaiwo_ctrl.serving.routing.metrics import ACTIVE
 
 _LINE = re.compile(rf'^{ACTIVE}\{{([^}}]*)\}} ([0-9.eE+-]+|NaN)$', re.M)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

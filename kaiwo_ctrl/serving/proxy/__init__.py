@@ -1,17 +1,12 @@
-"""The OpenAI-compatible front door.
+"""The OpenAI-compatible HTTP front. A request names a Model; the handler asks
+:mod:`..routing` for an endpoint once and streams the exchange through.
 
-Requests name a Model; the proxy resolves it from the Model informer, picks a
-Ready server Pod of that Model (endpoints tracked from the Pod informer) by the
-Model's load-balancing strategy, and streams the exchange through. Modules:
-
-* :mod:`.router` - where the upstream is chosen: ``Router.acquire`` -> ``Lease``, the one entry;
-* :mod:`.endpoints` - Ready Pods -> endpoint groups, in-flight counts, waiting;
-* :mod:`.balance` - LeastLoad and PrefixHash (consistent hashing, bounded loads);
-* :mod:`.prefix` - the prompt prefix PrefixHash hashes, per route;
-* :mod:`.resolve` - requested model name -> Model (+ adapter), label selectors;
-* :mod:`.handler` / :mod:`.server` - the routes and the server runnable (on the
-  lean HTTP/1.1 server and client of the runtime, ``http1server`` and ``http1``);
-* :mod:`.exchange` - per-Model state derived once per version, per-request timing;
+* :mod:`.server` - the routes on the runtime's HTTP/1.1 server, wired to the caches;
+* :mod:`.handler` - the OpenAI-compatible routes;
+* :mod:`.auth` - who calls, and may they use this Model (``--proxy-auth``);
+* :mod:`.multipart` - the ``model`` part of an upload, found as the body arrives;
 * :mod:`.forward` - upstream attempts, retries, header hygiene, stream relay;
-* :mod:`.metrics` - Prometheus series of the proxy.
+* :mod:`.deadlines` - request deadlines checked by one sweep;
+* :mod:`.listing` - ``GET /v1/models``;
+* :mod:`.scale` - scale from zero on a first request.
 """

@@ -33,8 +33,8 @@ from kaiwo_ctrl.runtime.net.http1 import Pool, StreamBody
 from kaiwo_ctrl.runtime.net.http1 import Response as Upstream
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY
-from kaiwo_ctrl.serving.proxy.exchange import Exchange
-from kaiwo_ctrl.serving.proxy.router import Router
+from kaiwo_ctrl.serving.routing.exchange import Exchange
+from kaiwo_ctrl.serving.routing.router import Router
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 ATTEMPTS = 4

@@ -40,17 +40,17 @@ from kaiwo_ctrl.runtime.net.http1body import STREAM_BUFFER
 from kaiwo_ctrl.runtime.net.http1server import Request, Response, Streamed
 from kaiwo_ctrl.serving.proxy.auth import Authorizer, Busy, Caller
 from kaiwo_ctrl.serving.proxy.deadlines import Deadlines
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker
-from kaiwo_ctrl.serving.proxy.exchange import Exchange
-from kaiwo_ctrl.serving.proxy.fairgate import FairGate, tenant_of
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
+from kaiwo_ctrl.serving.routing.exchange import Exchange
+from kaiwo_ctrl.serving.routing.fairgate import FairGate, tenant_of
 from kaiwo_ctrl.serving.proxy.forward import PROXY_HEADER, UpstreamFailed, forward, request_headers
-from kaiwo_ctrl.serving.proxy.limits import UPSTREAM_BUFFER, ProxyLimits
+from kaiwo_ctrl.serving.limits import UPSTREAM_BUFFER, ProxyLimits
 from kaiwo_ctrl.serving.proxy.listing import ModelListing
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.proxy.multipart import check_boundary, split_multipart_model, take_model_part
-from kaiwo_ctrl.serving.proxy.prefix import extract_prefix
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Resolver, Target, selectors_of
-from kaiwo_ctrl.serving.proxy.router import Router
+from kaiwo_ctrl.serving.routing.prefix import extract_prefix
+from kaiwo_ctrl.serving.routing.resolve import ProxyError, Resolver, Target, selectors_of
+from kaiwo_ctrl.serving.routing.router import Router
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")

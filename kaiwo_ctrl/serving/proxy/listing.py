@@ -21,7 +21,7 @@ import orjson
 
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.objects.labelselector import Requirement, matches
-from kaiwo_ctrl.serving.proxy.resolve import adapter_names, unix_time
+from kaiwo_ctrl.serving.routing.resolve import adapter_names, unix_time
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 
 from kaiwo_ctrl.runtime.net.http1body import BodyStream, Chunk, StreamBody
 from kaiwo_ctrl.runtime.net.http1budget import BudgetBusy
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError
+from kaiwo_ctrl.serving.routing.resolve import ProxyError
 
 _MODEL_PART = re.compile(rb'(?im)^content-disposition:[^\r\n]*;\s*name="?model"?\s*(;|$)')
 #: RFC 2046: a boundary is 1 to 70 characters

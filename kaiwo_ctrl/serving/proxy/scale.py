@@ -14,7 +14,7 @@ import logging
 
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target
+from kaiwo_ctrl.serving.routing.resolve import ProxyError, Target
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy.scale")
 

@@ -25,15 +25,15 @@ from kaiwo_ctrl.runtime.cache.informerapi import Backoff
 from kaiwo_ctrl.runtime.net.http1server import HeadGate, Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.serving.proxy.auth import AuthConfig, Authorizer
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, model_pod_informer
-from kaiwo_ctrl.serving.proxy.fairevents import SaturationEvents
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, model_pod_informer
+from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteFence, RouteKeyError
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
-from kaiwo_ctrl.serving.proxy.limits import ProxyLimits
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import Resolver
+from kaiwo_ctrl.serving.limits import ProxyLimits
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.resolve import Resolver
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
-from kaiwo_ctrl.serving.proxy.weights import NamespaceWeights
+from kaiwo_ctrl.serving.routing.weights import NamespaceWeights
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 

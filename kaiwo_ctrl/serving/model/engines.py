@@ -14,7 +14,7 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
-from .urls import ModelURL
+from kaiwo_ctrl.serving.model.urls import ModelURL
 
 PORT = 8000
 MODEL_DIR = "/model"

@@ -29,14 +29,14 @@ import orjson
 from kaiwo_ctrl.aim.credentials import Additions, for_model, pull_secrets
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
-from .admission import OPERATOR_GATE
-from .config import SystemConfig
-from .engines import ENGINES, MODEL_DIR, PORT, EngineInput
-from .files import files_volume
-from .jsonpatch import PatchError, apply_patch
-from .podcontract import ANNOTATION_PORT, APP_MODEL, LABEL_APP, LABEL_MODEL, LABEL_POD_HASH
-from .profiles import check_cache_profile, resolve_image, resolve_profile
-from .urls import ModelURL, parse_url
+from kaiwo_ctrl.serving.model.admission import OPERATOR_GATE
+from kaiwo_ctrl.serving.model.config import SystemConfig
+from kaiwo_ctrl.serving.model.engines import ENGINES, MODEL_DIR, PORT, EngineInput
+from kaiwo_ctrl.serving.model.files import files_volume
+from kaiwo_ctrl.serving.model.jsonpatch import PatchError, apply_patch
+from kaiwo_ctrl.serving.podcontract import ANNOTATION_PORT, APP_MODEL, LABEL_APP, LABEL_MODEL, LABEL_POD_HASH
+from kaiwo_ctrl.serving.model.profiles import check_cache_profile, resolve_image, resolve_profile
+from kaiwo_ctrl.serving.model.urls import ModelURL, parse_url
 
 ADAPTER_DIR = "/adapters"
 ADAPTER_LOADER_PORT = 8001

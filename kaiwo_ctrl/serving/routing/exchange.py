@@ -17,9 +17,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kaiwo_ctrl.serving.proxy.endpoints import Group
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import Target, request_timeout
+from kaiwo_ctrl.serving.routing.endpoints import Group
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.resolve import Target, request_timeout
 
 
 class ModelState:

@@ -43,19 +43,19 @@ from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
 from kaiwo_ctrl.settings.priority import priority_policy_for
 from kaiwo_ctrl.runtime.api.resources import CONFIGMAPS, JOBS, PODS, PRIORITYCLASSES, PVCS
 
-from . import cache as cachelib
-from .adapters import AdapterLimits, AdapterSync, new_failures
-from .admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
-from .config import ConfigSource
-from .external import ExternalMode
-from .files import sync_files
-from .modelfields import bounded_replicas, feature_labels
-from .podcontract import LABEL_APP, LABEL_MODEL
-from .pods import build_pod
-from .rollout import plan
-from .status import QUOTA_RESERVED, desired_status, skipped_model_reporter
+from kaiwo_ctrl.serving.model import cache as cachelib
+from kaiwo_ctrl.serving.model.adapters import AdapterLimits, AdapterSync, new_failures
+from kaiwo_ctrl.serving.model.admission import OPERATOR_GATE, KueueAdmission, Quota, queue_labels, requests_gpus
+from kaiwo_ctrl.serving.model.config import ConfigSource
+from kaiwo_ctrl.serving.model.external import ExternalMode
+from kaiwo_ctrl.serving.model.files import sync_files
+from kaiwo_ctrl.serving.model.modelfields import bounded_replicas, feature_labels
+from kaiwo_ctrl.serving.podcontract import LABEL_APP, LABEL_MODEL
+from kaiwo_ctrl.serving.model.pods import build_pod
+from kaiwo_ctrl.serving.model.rollout import plan
+from kaiwo_ctrl.serving.model.status import QUOTA_RESERVED, desired_status, skipped_model_reporter
 
-log = logging.getLogger("kaiwo_ctrl.serving.controller")
+log = logging.getLogger("kaiwo_ctrl.serving.model.controller")
 
 IDX_MODEL = "model"
 SELECTOR = f"{LABEL_APP}=model"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from kaiwo_ctrl.serving.proxy.score import EngineSample, endpoint_load
+from kaiwo_ctrl.serving.routing.score import EngineSample, endpoint_load
 
 
 @dataclass(eq=False, slots=True)

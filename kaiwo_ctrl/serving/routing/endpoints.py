@@ -36,8 +36,8 @@ from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.podcontract import ADAPTER_LABEL_PREFIX, POD_SELECTOR
 from kaiwo_ctrl.serving.podcontract import ANNOTATION_PORT as PORT_ANNOTATION
 from kaiwo_ctrl.serving.podcontract import LABEL_MODEL as MODEL_LABEL
-from kaiwo_ctrl.serving.proxy.balance import Choice, Endpoint, Ring, hash64, least_load
-from kaiwo_ctrl.serving.proxy.score import admitting, endpoint_load, fresh, home_acceptable, home_load
+from kaiwo_ctrl.serving.routing.balance import Choice, Endpoint, Ring, hash64, least_load
+from kaiwo_ctrl.serving.routing.score import admitting, endpoint_load, fresh, home_acceptable, home_load
 
 GroupKey = tuple[str, str]  # (namespace, model name)
 RECENT_KEYS = 4096  # per Model: PrefixHash keys whose last endpoint is remembered (engine-aware choice only)

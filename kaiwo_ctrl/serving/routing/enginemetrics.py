@@ -9,12 +9,15 @@ rather than steering traffic with a bogus figure). Adapter names are bounded
 in count and length.
 
 Names read (vLLM first; SGLang's equivalents from the Gateway API Inference
-Extension's model-server protocol):
+Extension's model-server protocol; llama.cpp's ``llama-server --metrics``):
 
-* running requests: ``vllm:num_requests_running``, ``sglang:num_running_reqs``;
-* waiting requests: ``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``;
+* running requests: ``vllm:num_requests_running``, ``sglang:num_running_reqs``,
+  ``llamacpp:requests_processing``;
+* waiting requests: ``vllm:num_requests_waiting``, ``sglang:num_queue_reqs``,
+  ``llamacpp:requests_deferred``;
 * KV-cache use (0..1): ``vllm:kv_cache_usage_perc``, the older
-  ``vllm:gpu_cache_usage_perc``, ``sglang:token_usage``;
+  ``vllm:gpu_cache_usage_perc``, ``sglang:token_usage``, and older llama-server
+  builds' ``llamacpp:kv_cache_usage_ratio`` (current ones report no KV figure);
 * adapters: the ``running_lora_adapters`` label of ``vllm:lora_requests_info``
   (the series with the newest value -- vLLM sets it to the time of the change).
 
@@ -27,11 +30,11 @@ from __future__ import annotations
 import math
 import re
 
-from kaiwo_ctrl.serving.proxy.score import EngineSample
+from kaiwo_ctrl.serving.routing.score import EngineSample
 
-RUNNING = (b"vllm:num_requests_running", b"sglang:num_running_reqs")
-WAITING = (b"vllm:num_requests_waiting", b"sglang:num_queue_reqs")
-KV = (b"vllm:kv_cache_usage_perc", b"vllm:gpu_cache_usage_perc", b"sglang:token_usage")
+RUNNING = (b"vllm:num_requests_running", b"sglang:num_running_reqs", b"llamacpp:requests_processing")
+WAITING = (b"vllm:num_requests_waiting", b"sglang:num_queue_reqs", b"llamacpp:requests_deferred")
+KV = (b"vllm:kv_cache_usage_perc", b"vllm:gpu_cache_usage_perc", b"sglang:token_usage", b"llamacpp:kv_cache_usage_ratio")
 LORA = b"vllm:lora_requests_info"
 _KINDS = {**{n: "running" for n in RUNNING}, **{n: "waiting" for n in WAITING}, **{n: "kv" for n in KV}, LORA: "lora"}
 _FIRST = frozenset(n[:1] for n in _KINDS)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from kaiwo_ctrl.serving.proxy.score import HOME_MAX_KV, Endpoint, EngineSample, admitting, fresh
+from kaiwo_ctrl.serving.routing.score import HOME_MAX_KV, Endpoint, EngineSample, admitting, fresh
 
 
 def waiting_share(s: EngineSample, base: int) -> float:

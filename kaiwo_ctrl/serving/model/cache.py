@@ -30,8 +30,8 @@ from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
 from kaiwo_ctrl.runtime.api.resources import JOBS, PODS, PVCS
 
-from .config import ConfigSource, SystemConfig
-from .pods import cache_dir, model_credentials, spec_hash, user_env
+from kaiwo_ctrl.serving.model.config import ConfigSource, SystemConfig
+from kaiwo_ctrl.serving.model.pods import cache_dir, model_credentials, spec_hash, user_env
 
 PVC_PREFIX = "shared-model-cache-"
 PVC_ANNOTATION_PREFIX = "models.kubeai.org/"

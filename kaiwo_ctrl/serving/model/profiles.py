@@ -21,7 +21,7 @@ from typing import Any
 from kaiwo_ctrl.runtime.objects.quantity import QuantityError, parse_quantity
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 
-from .config import SystemConfig
+from kaiwo_ctrl.serving.model.config import SystemConfig
 
 _NUMBER = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(.*)$")
 POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "schedulerName", "runtimeClassName")

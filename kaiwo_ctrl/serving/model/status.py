@@ -38,9 +38,9 @@ from kaiwo_ctrl.runtime.api.deepjson import ENCODE_LIMIT
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.manager.skipreport import SkippedObjectReporter
 
-from .adapters import AdapterState
-from .admission import Quota, is_gated
-from .rollout import is_finished, is_ready, is_terminating
+from kaiwo_ctrl.serving.model.adapters import AdapterState
+from kaiwo_ctrl.serving.model.admission import Quota, is_gated
+from kaiwo_ctrl.serving.model.rollout import is_finished, is_ready, is_terminating
 
 CONFIG_VALID = "ConfigValid"
 CACHE_LOADED = "CacheLoaded"

@@ -37,7 +37,7 @@ import yaml
 from api.meta import parse_duration
 from kaiwo_ctrl.settings.environment import DEFAULT_IMAGE, operator_image
 
-log = logging.getLogger("kaiwo_ctrl.serving.config")
+log = logging.getLogger("kaiwo_ctrl.serving.model.config")
 
 ENGINES = ("OLlama", "VLLM", "FasterWhisper", "Infinity")
 DEFAULT_LOADER_IMAGE = DEFAULT_IMAGE

@@ -46,10 +46,10 @@ from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
 from kaiwo_ctrl.runtime.objects.objpath import key, rv
 from kaiwo_ctrl.runtime.api.resources import PODS
 
-from .podcontract import ADAPTER_LABEL_PREFIX, ANNOTATION_PORT
-from .pods import ADAPTER_DIR, ADAPTER_LOADER_PORT
+from kaiwo_ctrl.serving.podcontract import ADAPTER_LABEL_PREFIX, ANNOTATION_PORT
+from kaiwo_ctrl.serving.model.pods import ADAPTER_DIR, ADAPTER_LOADER_PORT
 
-log = logging.getLogger("kaiwo_ctrl.serving.adapters")
+log = logging.getLogger("kaiwo_ctrl.serving.model.adapters")
 
 ANNOTATION_LOADER_PORT = "adapter-loader-port"
 #: Largest answer read from a loader or a vLLM server (only its first 300 characters are ever used).

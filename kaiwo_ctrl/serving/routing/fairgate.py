@@ -26,12 +26,12 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
-from kaiwo_ctrl.serving.proxy.endpoints import Group
-from kaiwo_ctrl.serving.proxy.fairevents import SaturationEvents
-from kaiwo_ctrl.serving.proxy.fairqueue import FairQueue, QueueFull
-from kaiwo_ctrl.serving.proxy.limits import FairLimits
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError
-from kaiwo_ctrl.serving.proxy.saturation import without_room
+from kaiwo_ctrl.serving.routing.endpoints import Group
+from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
+from kaiwo_ctrl.serving.routing.fairqueue import FairQueue, QueueFull
+from kaiwo_ctrl.serving.limits import FairLimits
+from kaiwo_ctrl.serving.routing.resolve import ProxyError
+from kaiwo_ctrl.serving.routing.saturation import without_room
 
 T = TypeVar("T")
 POLL = 0.01  # how often a pump looks for room while requests wait (engine reports and first tokens do not notify)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .podcontract import LABEL_POD_HASH
+from kaiwo_ctrl.serving.podcontract import LABEL_POD_HASH
 
 
 @dataclass

@@ -38,12 +38,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kaiwo_ctrl.runtime.net.fetch import AnswerTooLarge, read_capped
 from kaiwo_ctrl.runtime.net.http1 import Pool
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, GroupKey
-from kaiwo_ctrl.serving.proxy.enginemetrics import BadMetrics, parse_engine_metrics
-from kaiwo_ctrl.serving.proxy.score import fresh
+from kaiwo_ctrl.serving.routing.balance import Endpoint
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, GroupKey
+from kaiwo_ctrl.serving.routing.enginemetrics import BadMetrics, parse_engine_metrics
+from kaiwo_ctrl.serving.routing.score import fresh
 
-log = logging.getLogger("kaiwo_ctrl.serving.proxy.scrape")
+log = logging.getLogger("kaiwo_ctrl.serving.routing.scrape")
 
 _LABELS = ("model_namespace", "model_name", "pod")
 _ACCEPT = [(b"Accept", b"text/plain")]

@@ -42,13 +42,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.cache.informer import Informer
-from kaiwo_ctrl.serving.proxy.balance import Endpoint
-from kaiwo_ctrl.serving.proxy.endpoints import EndpointTracker, Group
-from kaiwo_ctrl.serving.proxy.exchange import ModelState
-from kaiwo_ctrl.serving.proxy.fairgate import FairGate
-from kaiwo_ctrl.serving.proxy.metrics import ProxyMetrics
-from kaiwo_ctrl.serving.proxy.resolve import ProxyError, Target
-from kaiwo_ctrl.serving.proxy.score import BYTES_PER_TOKEN
+from kaiwo_ctrl.serving.routing.balance import Endpoint
+from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, Group
+from kaiwo_ctrl.serving.routing.exchange import ModelState
+from kaiwo_ctrl.serving.routing.fairgate import FairGate
+from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
+from kaiwo_ctrl.serving.routing.resolve import ProxyError, Target
+from kaiwo_ctrl.serving.routing.score import BYTES_PER_TOKEN
 
 
 class Lease:

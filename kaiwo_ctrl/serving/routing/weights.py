@@ -22,10 +22,10 @@ from typing import Any
 
 from kaiwo_ctrl.runtime.api.resources import NAMESPACES
 from kaiwo_ctrl.runtime.cache.cache import Cache
-from kaiwo_ctrl.serving.proxy.fairqueue import MAX_WEIGHT
+from kaiwo_ctrl.serving.routing.fairqueue import MAX_WEIGHT
 from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION, trim_namespace
 
-log = logging.getLogger("kaiwo_ctrl.serving.proxy.weights")
+log = logging.getLogger("kaiwo_ctrl.serving.routing.weights")
 MAX_LOGGED = 1024  # (namespace, value) pairs already logged as bad; forgotten all at once past it
 
 

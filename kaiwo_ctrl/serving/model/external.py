@@ -34,11 +34,11 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.ownership import set_controller_reference
 from kaiwo_ctrl.runtime.observe.conditions import remove_condition, set_condition
 
-from .config import ConfigSource, SystemConfig
-from .engines import PORT
-from .podcontract import APP_MODEL, LABEL_APP, LABEL_MODEL
+from kaiwo_ctrl.serving.model.config import ConfigSource, SystemConfig
+from kaiwo_ctrl.serving.model.engines import PORT
+from kaiwo_ctrl.serving.podcontract import APP_MODEL, LABEL_APP, LABEL_MODEL
 
-log = logging.getLogger("kaiwo_ctrl.serving.external")
+log = logging.getLogger("kaiwo_ctrl.serving.model.external")
 
 SCALE_FROM_ZERO = "ScaleFromZero"
 NO_PROXY_MESSAGE = (

@@ -20,12 +20,12 @@ from kaiwo_ctrl.runtime.objects.ownership import RENDER_UID, set_controller_refe
 
 from kaiwo_ctrl.aim.effective import effective_by_namespace
 
-from .admission import model_queue, queue_labels
-from .cache import desired_pvc, loader_job
-from .config import SystemConfig
-from .modelfields import bounded_replicas
-from .files import desired_configmap
-from .pods import build_pod
+from kaiwo_ctrl.serving.model.admission import model_queue, queue_labels
+from kaiwo_ctrl.serving.model.cache import desired_pvc, loader_job
+from kaiwo_ctrl.serving.model.config import SystemConfig
+from kaiwo_ctrl.serving.model.modelfields import bounded_replicas
+from kaiwo_ctrl.serving.model.files import desired_configmap
+from kaiwo_ctrl.serving.model.pods import build_pod
 
 
 class RenderError(ValueError):

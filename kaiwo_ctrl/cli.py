@@ -308,27 +308,25 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         return 2
     client = await Client.from_kubeconfig(args.kubeconfig, field_manager="kaiwo-ctrl")
     mgr = _new_manager(args, client)
-    from kaiwo_ctrl.serving.command import adapter_limits, run_with_manager, setup_serving
+    from kaiwo_ctrl.serving.command import adapter_limits, setup_serving
 
-    webhooks = None
     if args.cmd == "run":
         tracer = setup_tracing(args.tracing)
         if build is not None:
             await build(mgr, workers=args.workers, tracer=tracer)
         else:
             namespace = operator_namespace(args.leader_election_namespace)
-            webhooks = await build_operator(
+            await build_operator(
                 mgr, workers=args.workers, tracer=tracer, model_config=model_config,
                 webhooks=_webhook_options(args, namespace), adapter_limits=adapter_limits(args),
             )
     # A custom build (a test harness) wires only its own controllers: no proxy, no autoscaler.
-    proxy = None if build is not None else setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
+    if build is None:  # the proxy, on every replica, is a runnable of the manager (setup_proxy)
+        setup_serving(mgr, args, autoscaler=args.cmd == "run", model_config=model_config.current)
 
     stop = _stop_on_signals(log)
-    if webhooks is not None:
-        await webhooks.start()
     try:
-        await run_with_manager(mgr, proxy, stop)
+        await mgr.run(stop)
     except ListenerError as e:  # taken after the start-up check (a race): same message, same exit code
         return failed(args, e)
     except LeadershipLost:
@@ -341,9 +339,6 @@ async def _run_async(args: argparse.Namespace, build: Any = None) -> int:
         log.error(msg)
         print(f"kaiwo-ctrl: {msg}", file=sys.stderr)
         return 2
-    finally:
-        if webhooks is not None:
-            await webhooks.stop()
     return 0
 
 

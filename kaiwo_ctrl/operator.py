@@ -21,8 +21,8 @@ async def build_operator(
     mgr: Manager, *, workers: int = 16, tracer: Any = None, model_config: Any = None, webhooks: Any = None,
     adapter_limits: Any = None,
 ) -> Any:
-    """Register everything; returns the webhook server (``None`` without
-    ``webhooks`` options), which the caller starts and stops around ``mgr.run``."""
+    """Register everything on ``mgr``, the webhook server (with ``webhooks`` options) among its
+    runnables; returns that server (``None`` without them)."""
     await ensure_config(mgr.client)
     from kaiwo_ctrl.queues import controller as queues
     from kaiwo_ctrl.workloads.reconcile import controller as workloads

@@ -34,7 +34,6 @@ from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, KAIWOJOBS, KAIWOSERVICES, MODE
 from kaiwo_ctrl.runtime.objects.apply import contains
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
 from kaiwo_ctrl.runtime.control.controller import Result, TerminalError
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
@@ -115,7 +114,7 @@ class AIMReconciler:
         self.gateway_lists = cache.informer(CONFIGMAPS, namespace=operator_ns, field_selector=f"metadata.name={GATEWAY_LIST}")
         #: read-your-writes: while the cache still shows a config as it was before our status
         #: write, the written object is read instead, so the same write is not sent again
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         self.configs.add_handler(self.expectations.pruner(AIMNAMESPACECONFIGS.kind))
         #: (namespace, route name) held by an HTTPRoute we did not make
         self._taken: set[tuple[str, str]] = set()

@@ -27,7 +27,6 @@ from pydantic import ValidationError
 
 from kaiwo_ctrl.kinds import KAIWOJOBS, KAIWOSERVICES
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
@@ -102,7 +101,7 @@ class ResourceMonitor:
         self.own: dict[str, Informer] = {kind: mgr.cache.informer(res) for kind, res in RESOURCES.items()}
         self.recorder = mgr.recorder.for_component(COMPONENT)
         #: read-your-writes, shared with the workload reconcilers
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         self.ticks = 0
         self.status_writes = 0
         #: kaiwo_workload_gpu_utilization (set by setup(); None for a monitor built without a registry)
@@ -220,7 +219,7 @@ def setup(mgr: Manager, *, environ: Mapping[str, str] | None = None, clock: Call
         "kaiwo_workload_gpu_utilization", f"Mean {METRIC} of a workload's GPUs at the resource monitor's last scrape (percent)",
         ["kind", "namespace", "name"], registry=mgr.metrics.registry,
     )
-    mgr.add_leader_runnable(RUNNABLE, monitor.run)
+    mgr.add_runnable(RUNNABLE, monitor.run, leader=True)
     mgr.resource_monitor = monitor  # type: ignore[attr-defined]
     log.info("resource monitoring enabled", extra={"endpoint": env.endpoint, "interval_seconds": env.interval})
     return monitor

@@ -28,7 +28,6 @@ from api.kaiwo.gpuworkload import PHASES
 from kaiwo_ctrl.kinds import APPWRAPPERS, GPUWORKLOADS, KAIWOJOBS, KAIWOSERVICES, RAYCLUSTERS, RAYJOBS, RAYSERVICES, WORKLOADS
 from kaiwo_ctrl.runtime.api.client import ApiError, Resource
 from kaiwo_ctrl.runtime.api.resources import DEPLOYMENTS, JOBS, NAMESPACES, PODS, REPLICASETS, STATEFULSETS
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.net.fetch import FETCH_ERRORS, Fetcher
 from kaiwo_ctrl.settings import ConfigMissing, settings_for
@@ -74,7 +73,7 @@ class Reclaimer:
         self.records = mgr.cache.informer(GPUWORKLOADS)
         self.kueue = mgr.cache.informer(WORKLOADS)
         self.recorder = mgr.recorder.for_component(COMPONENT)
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         #: uid of a Pod or Kueue Workload -> its root (None: not reclaimable)
         self.roots: dict[str, owners.RootOwner | None] = {}
         #: uid of a Kueue Workload -> GPUs its owner's template asks for (no Pods yet)
@@ -386,7 +385,7 @@ def setup(mgr: Manager, env: ReclaimEnv | None, *, clock: Callable[[], datetime]
     if env is None:
         return None
     reclaimer = Reclaimer(mgr, env, clock=clock)
-    mgr.add_leader_runnable(RUNNABLE, reclaimer.run)
+    mgr.add_runnable(RUNNABLE, reclaimer.run, leader=True)
     mgr.gpu_reclaimer = reclaimer  # type: ignore[attr-defined]
     log.info("idle-GPU reclaim enabled", extra={"endpoint": env.endpoint, "interval_seconds": env.interval})
     return reclaimer

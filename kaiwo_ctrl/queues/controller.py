@@ -31,7 +31,6 @@ from kaiwo_ctrl.nodes import NODES_TRANSFORM, node_informer
 from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.control.controller import Result
 from kaiwo_ctrl.runtime.api.defaulting import installed_schema
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import Informer
 from kaiwo_ctrl.runtime.manager.manager import Manager
@@ -80,7 +79,7 @@ class QueueConfigReconciler:
         self.mgr = mgr
         self.client = mgr.client
         self.settings = settings_for(mgr)
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         self.nodes = node_informer(mgr)
         self.namespaces = mgr.cache.informer(NAMESPACES, transform=trim_namespace)
         self.queue_configs = mgr.cache.informer(KAIWOQUEUECONFIGS)
@@ -334,5 +333,5 @@ def setup(mgr: Manager, *, tracer: Any = None) -> QueueConfigReconciler:
     for informer in rec.kueue.values():
         ctl.watches(informer, always_kaiwo, predicates=[KueueObjectChanged()], debounce=KUEUE_DEBOUNCE)
     rec.controller = ctl  # type: ignore[attr-defined]
-    mgr.add_leader_runnable("kaiwoqueueconfig-startup", rec.startup)
+    mgr.add_runnable("kaiwoqueueconfig-startup", rec.startup, leader=True)
     return rec

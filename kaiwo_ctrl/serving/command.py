@@ -10,8 +10,6 @@ proxy's metrics and scale helpers), so neither package imports the other's wirin
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import os
 from typing import Any
@@ -19,7 +17,6 @@ from typing import Any
 from api.meta import parse_duration
 from kaiwo_ctrl.runtime.objects.quantity import parse_quantity
 from kaiwo_ctrl.runtime.manager.manager import Manager
-from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.settings import operator_namespace
 from kaiwo_ctrl.serving.proxy.auth import MODES as AUTH_MODES, AuthConfig
 from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
@@ -301,63 +298,3 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
         setup_autoscaler(mgr, cfg, peers=peers, peer_selector=args.autoscaler_peer_selector, peer_port=args.autoscaler_peer_metrics_port,
                          self_proxy=server is not None, engine_load=scraper.model_loads if scraper else None)
     return server
-
-
-def _bind_error(server: ProxyServer, e: OSError) -> ListenerError:
-    """A listener that failed to bind, named by its flag (which one: the first not yet started)."""
-    if not server.started.is_set():
-        flag, addr = "--proxy-bind-address", server.bind
-    else:
-        flag, addr = "--proxy-gateway-bind-address", server.gateway_bind or ("", 0)
-    return ListenerError(flag, f"{addr[0]}:{addr[1]}", bind_reason(e))
-
-
-async def run_with_manager(mgr: Manager, server: ProxyServer | None, stop: asyncio.Event) -> None:
-    """Run the manager, and the proxy (in every replica) once the caches have synced.
-    A proxy listener that cannot bind (taken after the start-up check) stops the process
-    with a :class:`ListenerError` naming its flag."""
-    bind_failed: list[ListenerError] = []
-
-    async def serve() -> None:
-        await mgr.ready.wait()
-        # the engine scraper (and any other work on the proxy's endpoints) lives as long as the proxy
-        background = [asyncio.create_task(fn()) for fn in server.handler.tracker.background]  # type: ignore[union-attr]
-        try:
-            await server.run()  # type: ignore[union-attr]
-        except OSError as e:
-            if server.started.is_set() and (server.gateway_bind is None or server.gateway_started.is_set()):  # type: ignore[union-attr]
-                raise  # every listener was up: not a bind failure
-            bind_failed.append(_bind_error(server, e))  # type: ignore[arg-type]
-            raise bind_failed[-1] from e
-        finally:
-            for t in background:
-                t.cancel()
-
-    def failed(t: asyncio.Task) -> None:
-        if not t.cancelled() and t.exception() is not None:
-            e = t.exception()
-            log.error("proxy failed, stopping", extra={"error": (str(e) if isinstance(e, ListenerError) else repr(e))[:300]})
-            stop.set()
-
-    task = asyncio.create_task(serve(), name="proxy") if server is not None else None
-    if task is not None:
-        task.add_done_callback(failed)
-
-    async def stop_proxy_first() -> None:
-        await stop.wait()
-        if task is not None:
-            task.cancel()  # stop taking requests while the manager shuts down
-
-    stopper = asyncio.create_task(stop_proxy_first())
-    try:
-        await mgr.run(stop)
-    finally:
-        stopper.cancel()
-        if task is not None:
-            if not stop.is_set():
-                task.cancel()
-            # a stopped proxy drains its requests first (ProxyServer.drain_timeout)
-            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(task, server.drain_timeout + 5)  # type: ignore[union-attr]
-    if bind_failed:
-        raise bind_failed[0]

@@ -50,12 +50,8 @@ class Settings:
 
 
 def settings_for(mgr: Manager) -> Settings:
-    """The one Settings object of this manager (created on first use)."""
-    s = getattr(mgr, "_kaiwo_settings", None)
-    if s is None:
-        s = Settings(mgr)
-        mgr._kaiwo_settings = s  # type: ignore[attr-defined]
-    return s
+    """The one Settings object of this manager (created on first use, kept by the manager)."""
+    return mgr.singleton(Settings, lambda: Settings(mgr))
 
 
 async def ensure_config(client: Client) -> bool:

@@ -181,7 +181,8 @@ def setup(mgr: Manager, opts: WebhookOptions) -> WebhookServer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(config_changed.wait(), min(max(delay, 0.5), 3600.0))
 
-    mgr.add_leader_runnable("webhook-certificate", keep_certificate)
+    mgr.add_runnable("webhook-certificate", keep_certificate, leader=True)
+    mgr.add_runnable("webhook-server", server.serve, before_caches=True)
     FinalizerSweeper(mgr).register()
     return server
 

@@ -44,7 +44,7 @@ class FinalizerSweeper:
 
     def register(self) -> None:
         self.jobs.add_handler(self)
-        self.mgr.add_leader_runnable("adopted-job-finalizers", self.run)
+        self.mgr.add_runnable("adopted-job-finalizers", self.run, leader=True)
 
     def _offer(self, job: Mapping[str, Any]) -> None:
         if stuck(job):

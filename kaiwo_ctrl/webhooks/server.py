@@ -187,6 +187,15 @@ class WebhookServer:
         self.bound_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("webhook server listening", extra={"address": f"{self.host}:{self.bound_port}", "paths": sorted(self.handlers)})
 
+    async def serve(self) -> None:
+        """The manager's runnable of the webhook server, on every replica and before the caches
+        (the API server calls it whatever our caches hold): serves until cancelled, then stops."""
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
     async def stop(self) -> None:
         if self._starter is not None:
             self._starter.cancel()

@@ -30,7 +30,6 @@ from aiohttp import web
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.serving.routing.scrape import ScrapeConfig, attach_scraper
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
@@ -260,7 +259,7 @@ async def start_proxy(control_plane, engine_interval: float | None = 0.2, wire=N
     if wire is not None:
         wire(mgr, server, scraper)
     stop = asyncio.Event()
-    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    task = asyncio.create_task(mgr.run(stop))
     await asyncio.wait_for(server.started.wait(), 60)
     p = Proxy(mgr, server, f"http://127.0.0.1:{server.port}")
     p.scraper, p._stop, p._task = scraper, stop, task

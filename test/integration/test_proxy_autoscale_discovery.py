@@ -18,7 +18,7 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.serving.autoscale.autoscaler import AutoscalerConfig
 from kaiwo_ctrl.serving.autoscale.setup import setup_autoscaler
-from kaiwo_ctrl.serving.command import DEFAULT_PEER_SELECTOR, run_with_manager
+from kaiwo_ctrl.serving.command import DEFAULT_PEER_SELECTOR
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from proxy_support import backends, create_model, free_port, get_model, server_pod, set_pod_ready  # noqa: F401
 from support import eventually
@@ -52,7 +52,7 @@ async def test_peers_are_discovered_from_pods(control_plane, admin, namespace, b
             setup_autoscaler(mgr, cfg, peer_selector=DEFAULT_PEER_SELECTOR, peer_port=port, self_proxy=True)
         mgrs.append(mgr)
         servers.append(server)
-        tasks.append(asyncio.create_task(run_with_manager(mgr, server, stop)))
+        tasks.append(asyncio.create_task(mgr.run(stop)))
     http = aiohttp.ClientSession()
     held: list[asyncio.Task] = []
     try:

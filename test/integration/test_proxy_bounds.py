@@ -17,7 +17,6 @@ from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.serving.limits import ProxyLimits
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from proxy_support import Proxy, create_model, next_host, server_pod, start_proxy, stop_proxy
@@ -253,7 +252,7 @@ async def gateway(control_plane, admin):
     server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, limits=LIMITS, scale_from_zero=False,
                          auth=None)  # the open proxy: these tests are about the listeners' bounds
     stop = asyncio.Event()
-    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    task = asyncio.create_task(mgr.run(stop))
     await asyncio.wait_for(server.gateway_started.wait(), 60)
     p = Proxy(mgr, server, f"http://127.0.0.1:{server.gateway_port}")
     r = admin.get(f"/api/v1/namespaces/{op_ns}/secrets/{fence.KEY_SECRET}")

@@ -19,7 +19,6 @@ from kaiwo_ctrl.aim.routes import desired_route
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
-from kaiwo_ctrl.serving.command import run_with_manager
 from kaiwo_ctrl.aim import fence
 from kaiwo_ctrl.serving.proxy.server import setup_proxy
 from support import eventually
@@ -46,7 +45,7 @@ async def fenced(control_plane, admin):
     mgr = Manager(client, metrics=Metrics(), metrics_addr="127.0.0.1:0", health_addr="127.0.0.1:0")
     server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, auth=None)  # the route token only
     stop = asyncio.Event()
-    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    task = asyncio.create_task(mgr.run(stop))
     await asyncio.wait_for(server.gateway_started.wait(), 60)
     p = Proxy(mgr, server, f"http://127.0.0.1:{server.gateway_port}")
     p.op_ns = op_ns  # type: ignore[attr-defined]
@@ -164,7 +163,7 @@ async def test_a_bad_key_secret_keeps_the_gateway_listener_closed(control_plane,
     server = setup_proxy(mgr, "127.0.0.1:0", gateway_bind="127.0.0.1:0", operator_ns=op_ns, auth=None)  # the route token only
     assert server is not None
     stop = asyncio.Event()
-    task = asyncio.create_task(run_with_manager(mgr, server, stop))
+    task = asyncio.create_task(mgr.run(stop))
     try:
         await asyncio.wait_for(server.started.wait(), 60)
         caplog.set_level(logging.ERROR, logger="kaiwo_ctrl.serving.proxy")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kaiwo_ctrl.runtime.control.expectations import Expectations
+
 import asyncio
 import copy
 from types import SimpleNamespace
@@ -32,10 +34,13 @@ class _Client:
         return out
 
 
-class _Manager:  # weakly referenceable, as the shared expectations need
+class _Manager:  # the parts of a manager the reconciler uses here
     client: _Client
     cache: SimpleNamespace
     recorder: SimpleNamespace
+
+    def __init__(self) -> None:
+        self.expectations = Expectations()
 
 
 CONFIG = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig",

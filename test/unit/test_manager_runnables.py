@@ -1,4 +1,4 @@
-"""Manager lifecycle without an API server round trip: leader runnables."""
+"""Manager lifecycle without an API server round trip: runnables of each kind, singletons."""
 
 import asyncio
 
@@ -25,8 +25,8 @@ async def test_a_runnable_that_finishes_does_not_stop_the_manager():
         still_running.set()
         await asyncio.Event().wait()
 
-    mgr.add_leader_runnable("one-shot", one_shot)
-    mgr.add_leader_runnable("forever", forever)
+    mgr.add_runnable("one-shot", one_shot, leader=True)
+    mgr.add_runnable("forever", forever, leader=True)
     stop = asyncio.Event()
     task = asyncio.create_task(mgr.run(stop))
     await asyncio.wait_for(finished.wait(), 5)
@@ -43,6 +43,82 @@ async def test_a_runnable_that_fails_stops_the_manager_with_its_error():
     async def broken():
         raise RuntimeError("boom")
 
-    mgr.add_leader_runnable("broken", broken)
+    mgr.add_runnable("broken", broken, leader=True)
     with pytest.raises(RuntimeError, match="boom"):
         await asyncio.wait_for(mgr.run(asyncio.Event()), 10)
+
+
+async def test_runnables_start_by_kind_and_the_early_one_stops_last():
+    """before_caches: up before the caches and down after everything else (a webhook server);
+    default: every replica after the caches (a proxy); leader: with the controllers."""
+    mgr = manager()
+    events: list[str] = []
+
+    def runnable(name: str):
+        async def run():
+            events.append(f"start {name}")
+            try:
+                await asyncio.Event().wait()
+            finally:
+                events.append(f"stop {name}")
+        return run
+
+    mgr.add_runnable("leader", runnable("leader"), leader=True)
+    mgr.add_runnable("replica", runnable("replica"))
+    mgr.add_runnable("early", runnable("early"), before_caches=True)
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.run(stop))
+    await asyncio.wait_for(mgr.is_leader.wait(), 5)
+    while len(events) < 3:
+        await asyncio.sleep(0.01)
+    assert events == ["start early", "start replica", "start leader"]
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert set(events[3:5]) == {"stop leader", "stop replica"} and events[5:] == ["stop early"]
+
+
+@pytest.mark.parametrize("kind", [{}, {"before_caches": True}])
+async def test_a_failing_runnable_of_any_replica_stops_the_manager_with_its_error(kind):
+    mgr = manager()
+    stopped = asyncio.Event()
+
+    async def broken():
+        raise OSError("address in use")
+
+    async def leader_work():
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    mgr.add_runnable("broken", broken, **kind)
+    mgr.add_runnable("leader-work", leader_work, leader=True)
+    with pytest.raises(OSError, match="address in use"):
+        await asyncio.wait_for(mgr.run(asyncio.Event()), 10)
+    assert stopped.is_set(), "the leader work was stopped, not left running"
+
+
+def test_runnable_names_are_unique_and_a_leader_one_waits_for_the_caches():
+    mgr = manager()
+
+    async def fn():
+        return None
+
+    mgr.add_runnable("a", fn)
+    with pytest.raises(ValueError, match="duplicate"):
+        mgr.add_runnable("a", fn, leader=True)
+    with pytest.raises(ValueError, match="waits for the caches"):
+        mgr.add_runnable("b", fn, leader=True, before_caches=True)
+
+
+def test_a_singleton_is_made_once_per_manager():
+    one, two = manager(), manager()
+    made: list[object] = []
+
+    def make():
+        made.append(object())
+        return made[-1]
+
+    assert one.singleton(list, make) is one.singleton(list, make)
+    assert two.singleton(list, make) is not one.singleton(list, make)
+    assert len(made) == 2

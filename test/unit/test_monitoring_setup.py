@@ -10,7 +10,7 @@ import pytest
 from kaiwo_ctrl.monitoring import MonitoringConfigError, read_env, setup
 from kaiwo_ctrl.monitoring.gpu import GpuSample, MonitoringSettings, decide
 from kaiwo_ctrl.runtime.api.client import Client, RestConfig
-from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.manager.manager import LEADER, Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.workloads.reconcile import controller as workloads
@@ -38,7 +38,7 @@ def test_disabled_unless_exactly_true(value):
     assert read_env(env) is None
     mgr = manager()
     assert setup(mgr, environ=env) is None
-    assert mgr._leader_runnables == []
+    assert mgr._runnables[LEADER] == []
 
 
 def test_disabled_ignores_bad_values():
@@ -73,7 +73,7 @@ def test_bad_environment_fails_with_a_clear_error(changes, message):
     mgr = manager()
     with pytest.raises(MonitoringConfigError, match=message):
         setup(mgr, environ=env)
-    assert mgr._leader_runnables == []
+    assert mgr._runnables[LEADER] == []
 
 
 def test_setup_reads_the_process_environment(monkeypatch):
@@ -93,7 +93,7 @@ def test_enabled_registers_one_leader_runnable_and_shares_the_pod_informer():
     pods_before = [i for i in mgr.cache.informers if i.resource == PODS]
     monitor = setup(mgr, environ=ON)
     assert monitor is not None and monitor.interval == 90.0
-    assert [name for name, _ in mgr._leader_runnables if name == "resource-monitor"] == ["resource-monitor"]
+    assert [name for name, _ in mgr._runnables[LEADER] if name == "resource-monitor"] == ["resource-monitor"]
     pods = [i for i in mgr.cache.informers if i.resource == PODS]
     assert len(pods) == 1 and pods == pods_before, "one Pod informer for the whole process"
     assert monitor.pods is pods[0] and pods[0].transform is workloads.trim_pod

@@ -10,7 +10,7 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.serving.model.config import parse_config
 from kaiwo_ctrl.serving.model.controller import ModelReconciler
@@ -70,8 +70,15 @@ class Events:
     def warning(self, *a: Any) -> None: ...
 
 
-class Manager:  # weakly referenceable, as the shared expectations need
-    pass
+class Manager:  # the parts of a manager the reconciler uses: its read-your-writes store, its singletons
+    def __init__(self) -> None:
+        self.expectations = Expectations()
+        self._one: dict = {}
+
+    def singleton(self, kind, make):
+        if kind not in self._one:
+            self._one[kind] = make()
+        return self._one[kind]
 
 
 MODEL = {"apiVersion": "kubeai.org/v1", "kind": "Model",
@@ -86,10 +93,10 @@ def _reconciler() -> tuple[ModelReconciler, Client, dict[str, Informer]]:
     mgr.client = client
     mgr.cache = SimpleNamespace(informer=lambda res, **_kw: informers.setdefault(res.kind, Informer()))
     mgr.recorder = SimpleNamespace(for_component=lambda _c: Events())
-    mgr.add_leader_runnable = lambda *_a: None
+    mgr.add_runnable = lambda *_a, **_k: None
     source = SimpleNamespace(current=parse_config(None), listeners=[])
     rec = ModelReconciler(mgr, source)
-    assert rec.expectations is expectations_for(mgr)
+    assert rec.expectations is mgr.expectations
     return rec, client, informers
 
 

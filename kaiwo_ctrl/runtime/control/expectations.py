@@ -3,7 +3,7 @@
 An informer cache shows our own write one watch event later. A reconcile that
 runs in between would otherwise see the old object and write the same thing
 again. This module is the runtime's one mechanism against that: a manager has
-one store (:func:`expectations_for`), and a controller of the manager that
+one store (``Manager.expectations``), and a controller of the manager that
 needs read-your-writes uses it rather than keeping one of its own (others lean
 on resourceVersion conflicts and AlreadyExists alone):
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -280,27 +279,6 @@ class _NotOwnEcho(Predicate):
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         m = meta(new)
         return not self.owner.own_status_event((self.kind, m.get("namespace") or "", m.get("name") or ""), old, new)
-
-
-# id(owner) -> (weak reference to owner, its Expectations); owners (managers)
-# need not be hashable, and an entry goes away with its owner.
-_BY_OWNER: dict[int, tuple[weakref.ref, Expectations]] = {}
-
-
-def expectations_for(owner: Any) -> Expectations:
-    """The one :class:`Expectations` of ``owner`` (a manager), made on first use,
-    so the writers that use it share one store."""
-    entry = _BY_OWNER.get(id(owner))
-    if entry is not None and entry[0]() is owner:
-        return entry[1]
-    exp = Expectations()
-    key = id(owner)
-
-    def forget(_ref: weakref.ref) -> None:
-        _BY_OWNER.pop(key, None)
-
-    _BY_OWNER[key] = (weakref.ref(owner, forget), exp)
-    return exp
 
 
 def newer_or_same(written: Mapping[str, Any]) -> Callable[[Mapping[str, Any] | None], bool]:

@@ -1,9 +1,10 @@
-"""The manager: owns the client, the shared cache, controllers and probes.
+"""The manager: owns the client, the shared cache, controllers, probes and every
+runnable of the process (:meth:`Manager.add_runnable`).
 
-Start order: HTTP servers (probes, metrics) ->
-informers, wait for sync -> leader election -> leader-only runnables
-(controllers and background tasks). Shutdown runs the other way round within
-a 30 s budget. Losing the lease raises :class:`LeadershipLost` at once, with no
+Start order: HTTP servers (probes, metrics) -> runnables that do not wait for
+the caches (a webhook server) -> informers, wait for sync -> runnables of every
+replica (a proxy) -> leader election -> leader-only runnables (controllers and
+background tasks). Shutdown runs the other way round within a 30 s budget. Losing the lease raises :class:`LeadershipLost` at once, with no
 graceful phase: another replica may already be acting.
 
 Readiness means "caches synced and no watch silent for too long"; it does
@@ -18,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -26,6 +27,7 @@ from kaiwo_ctrl.runtime.cache.cache import Cache
 from kaiwo_ctrl.runtime.api.apitypes import resource_of
 from kaiwo_ctrl.runtime.api.client import Client
 from kaiwo_ctrl.runtime.control.controller import Controller
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 from kaiwo_ctrl.runtime.observe.events import EventRecorder
 from kaiwo_ctrl.runtime.manager.leaderelection import LeaderElector
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
@@ -36,6 +38,10 @@ log = logging.getLogger("kaiwo_ctrl.runtime.manager.manager")
 
 Check = Callable[[], "str | None"]  # None = ok, else the failure reason
 Runnable = Callable[[], Coroutine[Any, Any, None]]
+T = TypeVar("T")
+
+#: When a runnable runs (:meth:`Manager.add_runnable`), in start order.
+EARLY, REPLICA, LEADER = "before-caches", "every-replica", "leader"
 
 
 class LeadershipLost(RuntimeError):
@@ -119,7 +125,10 @@ class Manager:
         self.cache = Cache(self.client, metrics=self.metrics)
         self.recorder = EventRecorder(self.client, self.component)
         self.controllers: list[Controller] = []
-        self._leader_runnables: list[tuple[str, Runnable]] = []
+        self._runnables: dict[str, list[tuple[str, Runnable]]] = {EARLY: [], REPLICA: [], LEADER: []}
+        #: read-your-writes: the one store of this manager's writers (runtime/control/expectations.py)
+        self.expectations = Expectations()
+        self._singletons: dict[type, Any] = {}
         self._health: dict[str, Check] = {"ping": lambda: None, "background-tasks": _check_crash_loops}
         self._ready: dict[str, Check] = {"ping": lambda: None, "informers-synced": self._check_synced, "watches": self._check_stalls}
         self.elector: LeaderElector | None = None
@@ -128,7 +137,9 @@ class Manager:
         self._runner: web.AppRunner | None = None
         self._runner_metrics: web.AppRunner | None = None
         self.bound: dict[str, int] = {}
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task] = []  # leader work
+        self._replica_tasks: list[asyncio.Task] = []  # every replica's, after the caches
+        self._early_tasks: list[asyncio.Task] = []  # every replica's, before the caches; stopped last
         self._hook_rest_metrics()
         if self.leader_election:  # 0 from the first scrape on every replica, 1 on the leader
             self.metrics.leader_election_master_status.labels(name=self.leader_election.name).set(0)
@@ -143,9 +154,30 @@ class Manager:
     def new_controller(self, name: str, reconcile, **kw) -> Controller:
         return self.add_controller(Controller(name, reconcile, metrics=self.metrics, **kw))
 
-    def add_leader_runnable(self, name: str, fn: Runnable) -> None:
-        """A background task that only the leader runs (after caches sync)."""
-        self._leader_runnables.append((name, fn))
+    def add_runnable(self, name: str, fn: Runnable, *, leader: bool = False, before_caches: bool = False) -> None:
+        """A task the manager starts, stops and watches, as controller-runtime's ``Runnable``:
+
+        * ``leader=True``: only while this replica leads, after the caches sync (as
+          ``LeaderElectionRunnable``); with leader election off, always;
+        * default: on every replica once the caches have synced (the proxy);
+        * ``before_caches=True``: on every replica before the caches start (the webhook
+          server, which the API server calls whatever our caches hold); stopped last.
+
+        ``fn`` runs until cancelled at shutdown; returning early is logged, raising stops the
+        manager gracefully and :meth:`run` raises that error."""
+        if leader and before_caches:
+            raise ValueError(f"runnable {name!r}: a leader runnable waits for the caches")
+        if any(n == name for group in self._runnables.values() for n, _ in group):
+            raise ValueError(f"duplicate runnable name {name!r}")
+        self._runnables[LEADER if leader else EARLY if before_caches else REPLICA].append((name, fn))
+
+    def singleton(self, kind: type[T], make: Callable[[], T]) -> T:
+        """The one ``kind`` of this manager, made by ``make`` on first use: a place for what the
+        domain shares per manager (its settings accessor) without the runtime knowing it."""
+        obj = self._singletons.get(kind)
+        if obj is None:
+            obj = self._singletons[kind] = make()
+        return obj
 
     def add_healthz_check(self, name: str, check: Check) -> None:
         self._health[name] = check
@@ -256,79 +288,96 @@ class Manager:
         self.ready.set()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Run until ``stop`` is set; raises :class:`LeadershipLost` if the lease is lost."""
+        """Run until ``stop`` is set; raises :class:`LeadershipLost` if the lease is lost, and the
+        error of a runnable that fails."""
         stop = stop or asyncio.Event()
         await self._start_http()
         lost = False
         try:
+            self._early_tasks = self._spawn(EARLY)
             if self.settle_heap_every:
                 heap.tune()
             await self.start_cache()
             log.info("caches synced", extra={"informers": self.cache.stats()})
             if self.settle_heap_every:
                 heap.settle(collect=False)
-                self._tasks.append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
+                self._replica_tasks.append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
+            self._replica_tasks += self._spawn(REPLICA)
             if self.leader_election:
-                le = self.leader_election
-                self.elector = LeaderElector(
-                    self.client,
-                    le.name,
-                    le.namespace,
-                    identity=le.identity,
-                    lease_duration=le.lease_duration,
-                    renew_deadline=le.renew_deadline,
-                    retry_period=le.retry_period,
-                    release_on_cancel=le.release_on_cancel,
-                    on_status=lambda v: self.metrics.leader_election_master_status.labels(name=le.name).set(1 if v else 0),
-                    on_slow_path=lambda: self.metrics.leader_election_slowpath.labels(name=le.name).inc(),
-                )
-                acquire = asyncio.create_task(self.elector.acquire())
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({acquire, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                if not acquire.done():
-                    acquire.cancel()
-                    stopper.cancel()
-                    return
-                stopper.cancel()
+                self.elector = self._elector(self.leader_election)
+                acquire = asyncio.create_task(self.elector.acquire(), name="acquire-lease")
+                try:
+                    if not await self._watch(stop, acquire):
+                        return
+                finally:
+                    if not acquire.done():
+                        acquire.cancel()
                 acquire.result()  # LeaseNamespaceMissing ends the run here
             await self._start_leader_work()
-            stopper = asyncio.create_task(stop.wait(), name="stop")
             holder = asyncio.create_task(self.elector.hold(), name="hold-lease") if self.elector is not None else None
-            pending = {stopper, *self._tasks} | ({holder} if holder else set())
             try:
-                while True:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if stopper in done:
-                        break
-                    if holder is not None and holder in done:
-                        lost = True
-                        break
-                    for t in done:  # a leader runnable ended
-                        if not t.cancelled() and t.exception() is not None:
-                            raise t.exception()  # type: ignore[misc]
-                        log.info("leader runnable finished", extra={"runnable": t.get_name()})
+                lost = await self._watch(stop, holder)
             finally:
-                for task in (stopper, holder):
-                    if task is not None and not task.done():
-                        task.cancel()
+                if holder is not None and not holder.done():
+                    holder.cancel()
             if lost:
                 raise LeadershipLost("leader lease lost")
         finally:
             await self._shutdown(graceful=not lost)
 
+    def _elector(self, le: LeaderElectionConfig) -> LeaderElector:
+        return LeaderElector(
+            self.client,
+            le.name,
+            le.namespace,
+            identity=le.identity,
+            lease_duration=le.lease_duration,
+            renew_deadline=le.renew_deadline,
+            retry_period=le.retry_period,
+            release_on_cancel=le.release_on_cancel,
+            on_status=lambda v: self.metrics.leader_election_master_status.labels(name=le.name).set(1 if v else 0),
+            on_slow_path=lambda: self.metrics.leader_election_slowpath.labels(name=le.name).inc(),
+        )
+
+    def _spawn(self, when: str) -> list[asyncio.Task]:
+        return [asyncio.create_task(fn(), name=name) for name, fn in self._runnables[when]]
+
+    async def _watch(self, stop: asyncio.Event, until: asyncio.Task | None) -> bool:
+        """Wait for ``stop`` (False) or ``until`` to end (True), raising the error of a runnable
+        that fails meanwhile; one that returns is logged and left."""
+        running = [*self._early_tasks, *self._replica_tasks, *self._tasks]
+        for t in running:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        pending = {stopper, *(t for t in running if not t.done())} | ({until} if until is not None else set())
+        try:
+            while True:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if until is not None and until in done:
+                    return True
+                if stopper in done:
+                    return False
+                for t in done:
+                    if not t.cancelled() and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
+                    log.info("runnable finished", extra={"runnable": t.get_name()})
+        finally:
+            stopper.cancel()
+
     async def _start_leader_work(self) -> None:
         self.is_leader.set()
         for c in self.controllers:
             await c.start(self.cache_sync_timeout)
-        for name, fn in self._leader_runnables:
-            self._tasks.append(asyncio.create_task(fn(), name=name))
+        self._tasks += self._spawn(LEADER)
         log.info("leader work started", extra={"controllers": [c.name for c in self.controllers]})
 
     async def _shutdown(self, graceful: bool) -> None:
         async def body() -> None:
-            for t in self._tasks:
+            work = [*self._tasks, *self._replica_tasks]  # a proxy stops taking requests and drains here
+            for t in work:
                 t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*work, return_exceptions=True)
             if graceful:
                 await asyncio.gather(*(c.stop(self.shutdown_timeout) for c in self.controllers))
             else:
@@ -338,6 +387,9 @@ class Manager:
             await self.recorder.close()
             if graceful and self.elector is not None and self.elector.release_on_cancel:
                 await self.elector.release()
+            for t in self._early_tasks:  # the webhook server answers until the rest has stopped
+                t.cancel()
+            await asyncio.gather(*self._early_tasks, return_exceptions=True)
             await self._stop_http()
 
         try:

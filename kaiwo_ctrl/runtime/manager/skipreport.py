@@ -33,7 +33,7 @@ class SkippedObjectReporter:
         self.status_for, self.send = status_for, send
         self.pending: dict[tuple[str, str], tuple[dict, str]] = {}
         self.wake = asyncio.Event()
-        mgr.add_leader_runnable(f"skipped-{name}", self.run)
+        mgr.add_runnable(f"skipped-{name}", self.run, leader=True)
 
     def on_undecodable(self, stub: dict, path: str) -> None:
         meta = stub.get("metadata") or {}

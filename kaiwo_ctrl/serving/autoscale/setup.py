@@ -36,5 +36,5 @@ def setup_autoscaler(
             return found
 
     scaler = Autoscaler(mgr.client, mgr.cache.informer(MODELS), find, config, engine_load)
-    mgr.add_leader_runnable("model-autoscaler", scaler.run)
+    mgr.add_runnable("model-autoscaler", scaler.run, leader=True)
     return scaler

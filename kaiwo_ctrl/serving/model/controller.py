@@ -33,7 +33,7 @@ from kaiwo_ctrl.aim.effective import resolve
 from kaiwo_ctrl.kinds import AIMNAMESPACECONFIGS, MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.control.controller import Result
-from kaiwo_ctrl.runtime.control.expectations import Key, expectations_for
+from kaiwo_ctrl.runtime.control.expectations import Key
 from kaiwo_ctrl.runtime.objects.fielderrors import FieldError
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.cache.informer import strip_managed_fields
@@ -118,7 +118,7 @@ class ModelReconciler:
         self.aim_configs = mgr.cache.informer(AIMNAMESPACECONFIGS)
         self.priority_classes = mgr.cache.informer(PRIORITYCLASSES)
         #: read-your-writes, shared with every writer of this manager
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         self.models.add_handler(self.expectations.pruner(MODELS.kind))
         self.cache = cachelib.CacheManager(cachelib.CacheParts(
             self.client, self.events, source, self.jobs, self.pvcs, self.namespace_config))
@@ -145,8 +145,8 @@ class ModelReconciler:
         c.watches(self.kueue.settings.informer, lambda _obj: self._all_requests())
         self.controller = c
         self.source.listeners.append(lambda _cfg: self.enqueue_all())
-        self.mgr.add_leader_runnable("model-config-watch", self.source.watch)
-        self.mgr.add_leader_runnable("model-adapter-session", self._hold_adapter_session)
+        self.mgr.add_runnable("model-config-watch", self.source.watch, leader=True)
+        self.mgr.add_runnable("model-adapter-session", self._hold_adapter_session, leader=True)
 
     async def _hold_adapter_session(self) -> None:
         """Closes the adapter HTTP session when the manager stops."""

@@ -1,6 +1,6 @@
 """The proxy's server: routes, the HTTP server, wiring to the manager's caches.
 
-Not a manager runnable: ``serving/command.py`` runs it beside ``mgr.run``.
+A manager runnable (:meth:`ProxyServer.serve`) on every replica, added by :func:`setup_proxy`.
 
 :func:`setup_proxy` asks the manager's cache for the Model and model-Pod
 informers, registers the endpoint tracker on the Pod informer and returns a
@@ -24,6 +24,7 @@ from kaiwo_ctrl.runtime.api.client import ApiError
 from kaiwo_ctrl.runtime.cache.informerapi import Backoff
 from kaiwo_ctrl.runtime.net.http1server import HeadGate, Request, Response, Server, Streamed
 from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.serving.proxy.auth import AuthConfig, Authorizer
 from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, model_pod_informer
 from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
@@ -204,6 +205,26 @@ class ProxyServer:
             servers.clear()
             await self.handler.close()
 
+    async def serve(self) -> None:
+        """The manager's runnable of the proxy, on every replica once the caches have synced: the
+        listeners and the work on the proxy's endpoints (the engine scraper), which lives as long
+        as they do. A listener that cannot bind (taken after the start-up check) ends it with a
+        :class:`ListenerError` naming its flag, which stops the process."""
+        background = [asyncio.create_task(fn()) for fn in self.handler.tracker.background]
+        try:
+            await self.run()
+        except OSError as e:
+            if self.started.is_set() and (self.gateway_bind is None or self.gateway_started.is_set()):
+                raise  # every listener was up: not a bind failure
+            if not self.started.is_set():
+                flag, addr = "--proxy-bind-address", self.bind
+            else:
+                flag, addr = "--proxy-gateway-bind-address", self.gateway_bind or ("", 0)
+            raise ListenerError(flag, f"{addr[0]}:{addr[1]}", bind_reason(e)) from e
+        finally:
+            for t in background:
+                t.cancel()
+
     async def _fence(self) -> RouteFence:
         """The route fence; until its key can be read (or made), the Gateway listener stays closed (fail closed)."""
         if self.route_fence is None:
@@ -251,4 +272,6 @@ def setup_proxy(
         handler.fair.events = SaturationEvents(mgr.recorder.for_component("kaiwo-proxy"), resolver.models,
                                                handler.limits.fair.event_interval)
     fence = RouteFence(mgr.cache, mgr.client, operator_ns or "") if gw_addr is not None else None
-    return ProxyServer(handler, addr, gateway_bind=gw_addr, route_fence=fence)
+    server = ProxyServer(handler, addr, gateway_bind=gw_addr, route_fence=fence)
+    mgr.add_runnable("proxy", server.serve)  # every replica serves, leader or not
+    return server

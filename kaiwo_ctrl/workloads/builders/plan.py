@@ -4,9 +4,8 @@ storage plans derived once.
 
 The desired builders (:mod:`kaiwo_ctrl.workloads.reconcile.desired`) and the status machine
 (:func:`~kaiwo_ctrl.workloads.observe.status.observe`) both read one :class:`WorkloadPlan`, built at the
-start of the reconcile; nothing below it parses or validates again. The child
-builders still take the queue name from the object (``obj.queue_name``, the
-same call the plan makes) rather than from ``WorkloadPlan.queue``.
+start of the reconcile; nothing below it parses or validates again, and the
+child builders and the LocalQueue check take the queue from ``WorkloadPlan.queue``.
 """
 
 from __future__ import annotations

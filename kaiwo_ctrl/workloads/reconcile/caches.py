@@ -34,7 +34,6 @@ from kaiwo_ctrl.queues.constants import QUEUE_CONFIG_NAME
 from kaiwo_ctrl.runtime.api.resources import PODS, PRIORITYCLASSES
 from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
 from kaiwo_ctrl.runtime.cache.store import index_by_label
-from kaiwo_ctrl.runtime.control.expectations import expectations_for
 from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
@@ -251,7 +250,7 @@ class SharedCaches:
                     self.priority.namespaces):
             inf.add_handler(bump)
         #: read-your-writes, shared with every writer of this manager
-        self.expectations = expectations_for(mgr)
+        self.expectations = mgr.expectations
         for kind, inf in list(self.children.items()) + list(self.own.items()):
             inf.add_handler(self.expectations.pruner(kind))
 

@@ -33,8 +33,7 @@ from kaiwo_ctrl.runtime.objects.objpath import get_path, pop_path
 from kaiwo_ctrl.runtime.objects.objpath import meta as _meta
 from kaiwo_ctrl.runtime.objects.objpath import rv as _rv
 
-from ..base.kaiwoobject import KaiwoObject
-from ..base.world import World
+from ..builders.plan import WorkloadPlan
 from ..kinds import CHILD_RESOURCES, ChildSpec
 from ..observe.drift import growing, is_controlled_by
 from .caches import SharedCaches
@@ -100,14 +99,14 @@ class ChildApplier:
         """Paths refused on update for the owner's current generation."""
         return [p for paths in self.rejected.get(_key(owner), {}).values() for p in paths]
 
-    async def apply(self, owner: dict, ko: KaiwoObject, world: World, desired: list[tuple[ChildSpec, dict]]) -> None:
+    async def apply(self, owner: dict, plan: WorkloadPlan, desired: list[tuple[ChildSpec, dict]]) -> None:
         for spec, child in desired:
             if spec.main:
-                await self._ensure_local_queue(owner, ko, world)
+                await self._ensure_local_queue(owner, plan)
             await self._ensure(owner, spec, child)
 
-    async def _ensure_local_queue(self, owner: dict, ko: KaiwoObject, world: World) -> None:
-        ns, q = ko.namespace, ko.queue_name(world.settings)
+    async def _ensure_local_queue(self, owner: dict, plan: WorkloadPlan) -> None:
+        ns, q, world = plan.o.namespace, plan.queue, plan.world
         if self.shared.get("LocalQueue", ns, q) is not None:
             return
         decision = resolve_local_queue(

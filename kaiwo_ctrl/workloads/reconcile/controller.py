@@ -161,7 +161,7 @@ def setup(
     specs = tuple(WORKLOAD_KINDS.values() if kinds is None else kinds)
     shared = SharedCaches(mgr, downloader_image, specs, download_deadline_seconds=download_deadline_seconds)
     sweeper = Sweeper(mgr, shared, {k.kind: k.controller_name for k in specs})
-    mgr.add_leader_runnable(SWEEP_RUNNABLE, sweeper.run)
+    mgr.add_runnable(SWEEP_RUNNABLE, sweeper.run, leader=True)
     out: dict[str, WorkloadReconciler] = {}
     for spec in specs:
         kind = spec.kind

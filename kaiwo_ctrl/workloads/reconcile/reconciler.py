@@ -221,7 +221,7 @@ class WorkloadReconciler:
             steps.append(self.writer.write(p.raw, new))
         if to_apply:
             assert p.plan is not None
-            steps.append(self.applier.apply(p.raw, p.plan.o, p.world, to_apply))
+            steps.append(self.applier.apply(p.raw, p.plan, to_apply))
         results = await asyncio.gather(*steps, return_exceptions=True) if steps else []
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:

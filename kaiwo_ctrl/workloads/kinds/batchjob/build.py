@@ -47,5 +47,5 @@ def build_batch_job(p: WorkloadPlan) -> dict[str, Any]:
         template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica)
     )
     labels = obj.object_labels()
-    labels.update(queue_labels(obj.queue_name(settings), obj.priority_class))
+    labels.update(queue_labels(p.queue, obj.priority_class))
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": obj.child_metadata(labels), "spec": spec}

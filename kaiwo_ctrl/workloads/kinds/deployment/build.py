@@ -42,7 +42,7 @@ def build_deployment(p: WorkloadPlan) -> dict[str, Any]:
     spec["replicas"] = gpu.replicas
     if obj.entrypoint:
         apply_entrypoint(template, obj.entrypoint)
-    extra = {LABEL_APP: name_label(obj.name), **queue_labels(obj.queue_name(settings), obj.priority_class)}
+    extra = {LABEL_APP: name_label(obj.name), **queue_labels(p.queue, obj.priority_class)}
     decorate_pod_template(
         template, obj, world, storage, PodRole(plan=gpu, gpus_per_pod=gpu.gpus_per_replica, extra_labels=extra)
     )

@@ -20,7 +20,7 @@ def build_ray_job(p: WorkloadPlan) -> dict[str, Any]:
     if obj.entrypoint:
         spec["entrypoint"] = normalize_entrypoint(obj.entrypoint)
     # The head template carries the queue/priority labels too, like every pod template Kaiwo makes.
-    q = queue_labels(obj.queue_name(world.settings), obj.priority_class)
+    q = queue_labels(p.queue, obj.priority_class)
     cluster = decorate_ray_cluster(spec["rayClusterSpec"], obj, world, gpu, storage, head_extra_labels=q)
     labels = dict(cluster["headGroupSpec"]["template"]["metadata"]["labels"])
     labels.update(obj.object_labels())

@@ -146,7 +146,7 @@ def _warm_authorizer() -> Any:
     return auth
 
 
-async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = False) -> None:
+async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = False, fair: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
     from kaiwo_ctrl.kinds import MODELS
@@ -169,7 +169,12 @@ async def _proxy_main(port: int, backend_port: int = PORT_BASE, auth: bool = Fal
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     # the limits `kaiwo-ctrl proxy` runs with by default (a request deadline among them)
     # (auth only when asked: a --baseline-tree from before the caller checks has no such argument)
-    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=ProxyLimits(),
+    limits = ProxyLimits()
+    if fair:  # --proxy-fair-queuing on, the other fair flags' defaults (a --baseline-tree from before it: not asked)
+        from kaiwo_ctrl.serving.limits import FairLimits
+
+        limits = ProxyLimits(fair=FairLimits(enabled=True))
+    handler = ProxyHandler(resolver, tracker, ProxyMetrics(CollectorRegistry()), None, limits=limits,
                            **({"auth": _warm_authorizer()} if auth else {}))
     server = ProxyServer(handler, ("127.0.0.1", port))
     task = asyncio.create_task(server.run())
@@ -312,17 +317,23 @@ async def latency_phase(proxy_port: int, proxy_pid: int, quick: bool, service_ms
 async def auth_phase(none_port: int, none_pid: int, auth_port: int, auth_pid: int, quick: bool) -> None:
     """--proxy-auth kubernetes with warm caches beside --proxy-auth none: two proxies of this tree before the
     same instant servers, the same client, interleaved rounds; added p50 and CPU per request."""
+    token = [(b"Authorization", b"Bearer " + BENCH_TOKEN.encode())]
+    await compare_phase("cost of --proxy-auth kubernetes with warm caches", "auth",
+                        {"none": (none_port, none_pid, []), "kubernetes": (auth_port, auth_pid, token)}, quick)
+
+
+async def compare_phase(title: str, column: str, sides: dict[str, tuple[int, int, list]], quick: bool) -> None:
+    """Proxies of this tree that differ in one setting (``sides``: name -> port, pid, extra request headers) before
+    the same instant servers, the same client, interleaved rounds; p50/p99 and CPU per request of each."""
     from kaiwo_ctrl.runtime.net.http1 import Pool
 
     s = Pool(max_idle_per_host=1024)
-    token = [(b"Authorization", b"Bearer " + BENCH_TOKEN.encode())]
     _settle()
     try:
-        sides = {"none": (none_port, none_pid, []), "kubernetes": (auth_port, auth_pid, token)}
         for port, _, extra_h in sides.values():
             await run_load(s, [(f"127.0.0.1:{port}", "/openai/v1/completions")], 8, 400, False, 0, extra_h)
-        print("\ncost of --proxy-auth kubernetes with warm caches (instant servers; 4 interleaved rounds per side)")
-        print(f"{'clients':>8}{'auth':>12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req':>11}{'errors':>8}")
+        print(f"\n{title} (instant servers; 4 interleaved rounds per side)")
+        print(f"{'clients':>8}{column:>12}{'p50 ms':>9}{'p99 ms':>9}{'CPU/req':>11}{'errors':>8}")
         for c in (1, 64):
             n = (400 if quick else 2000) if c == 1 else (4000 if quick else 16000)
             got: dict[str, tuple[list[float], float, int]] = {k: ([], 0.0, 0) for k in sides}
@@ -558,6 +569,9 @@ def main() -> int:
                     help="peers: also measure the proxy as built from another checkout of this repository (e.g. main's), "
                          "run by this script with the same limits, as 'ours@base'")
     ap.add_argument("--auth", action="store_true", help=argparse.SUPPRESS)  # proxy role: --proxy-auth kubernetes, warm
+    ap.add_argument("--fair", action="store_true", help=argparse.SUPPRESS)  # proxy role: --proxy-fair-queuing on
+    ap.add_argument("--only-fair", action="store_true",
+                    help="only the cost of --proxy-fair-queuing on beside off when nothing is saturated")
     ap.add_argument("--only-auth", action="store_true",
                     help="only the cost of --proxy-auth kubernetes (warm caches) beside --proxy-auth none")
     ap.add_argument("--tree", help=argparse.SUPPRESS)  # the checkout a proxy role imports kaiwo_ctrl from
@@ -572,7 +586,7 @@ def main() -> int:
     factory = _loop_factory()
     if args.role:
         coro = (_backend_main(args.service_ms / 1000, args.chunk_ms / 1000, args.chunks, args.service_jitter, args.backend_port)
-                if args.role == "backend" else _proxy_main(args.port, args.backend_port, args.auth))
+                if args.role == "backend" else _proxy_main(args.port, args.backend_port, args.auth, args.fair))
         with asyncio.Runner(loop_factory=factory) as r:
             r.run(coro)
         return 0
@@ -582,6 +596,8 @@ def main() -> int:
                      f"--chunk-ms={args.chunk_ms}", f"--chunks={args.chunks}")
     if args.only_auth:
         return _only_auth(args, factory, backend)
+    if args.only_fair:
+        return _only_fair(args, factory, backend)
     if args.only_chunks:
         return _only_chunks(args, factory, backend)
     proxy = _spawn("proxy", f"--port={args.port}")
@@ -620,6 +636,24 @@ def _only_auth(args: argparse.Namespace, factory: Any, backend: subprocess.Popen
         print(f"\nload average at the end: {load_avg()}")
     finally:
         for p in (auth_proxy, open_proxy, instant, backend):
+            p.terminate()
+            p.wait(10)
+    return 0
+
+
+def _only_fair(args: argparse.Namespace, factory: Any, backend: subprocess.Popen) -> int:
+    """--proxy-fair-queuing on beside off, nothing saturated (the servers report no metrics, so the gate's
+    direct path: the saturation check and a counter)."""
+    instant = _spawn("backend", "--service-ms=0", "--service-jitter=0", f"--backend-port={INSTANT_PORT}")
+    off = _spawn("proxy", f"--port={args.port + 22}", f"--backend-port={INSTANT_PORT}")
+    on = _spawn("proxy", f"--port={args.port + 23}", f"--backend-port={INSTANT_PORT}", "--fair")
+    try:
+        with asyncio.Runner(loop_factory=factory) as r:
+            r.run(compare_phase("cost of --proxy-fair-queuing on when nothing is saturated", "fair",
+                                {"off": (args.port + 22, off.pid, []), "on": (args.port + 23, on.pid, [])}, args.quick))
+        print(f"\nload average at the end: {load_avg()}")
+    finally:
+        for p in (on, off, instant, backend):
             p.terminate()
             p.wait(10)
     return 0

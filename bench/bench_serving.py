@@ -298,8 +298,8 @@ async def _sample_engines(n: int, until: float, every: float) -> list[list[tuple
     return out
 
 
-async def _traces(n: int, since: float = 0.0) -> tuple[float, list[tuple[float, float, int, int]]]:
-    """The engines' clock, and per request that arrived at or after ``since`` on it: (queue s, first token s, prompt, hit tokens)."""
+async def _traces(n: int, since: float = 0.0) -> tuple[float, list[tuple[float, float, int, int, str]]]:
+    """The engines' clock, and per request that arrived at or after ``since`` on it: (queue s, first token s, prompt, hit tokens, tag)."""
     from kaiwo_ctrl.runtime.net.http1 import Pool
 
     pool = Pool()

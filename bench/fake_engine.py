@@ -101,6 +101,7 @@ class Seq:
     arrived: float = 0.0  # loop time it was queued
     admitted: float = 0.0  # loop time it was admitted (its wait for a slot and KV blocks ends)
     hit_tokens: int = 0
+    tag: str = ""  # the first user message's "[tag:" (the bench's tenant address), for per-tenant traces
 
 
 class Engine:
@@ -113,7 +114,8 @@ class Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.queries = self.hits = 0
-        self.trace: list[tuple[float, float, float, int, int]] = []  # per request: (arrived, queue s, first token s, prompt, hit tokens)
+        #: per request: (arrived, queue s, first token s, prompt, hit tokens, tag)
+        self.trace: list[tuple[float, float, float, int, int, str]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -140,6 +142,10 @@ class Engine:
     async def generate(self, text: str, max_tokens: int, seed: int) -> Seq:
         s = Seq(text, math.ceil(len(text) / self.p.chars_per_token), max(1, max_tokens), seed)
         s.blocks = self.block_hashes(text)
+        i = text.find("<|user|>[")
+        j = text.find(":", i + 9, i + 40) if i >= 0 else -1
+        if j > 0:
+            s.tag = text[i + 9:j]
         s.arrived = asyncio.get_running_loop().time()
         self.waiting.append(s)
         self._wake.set()
@@ -219,7 +225,7 @@ class Engine:
             s.generated += 1
             if s.generated == 1 and len(self.trace) < 200_000:
                 now = asyncio.get_running_loop().time()
-                self.trace.append((s.arrived, s.admitted - s.arrived, now - s.arrived, s.prompt_tokens, s.hit_tokens))
+                self.trace.append((s.arrived, s.admitted - s.arrived, now - s.arrived, s.prompt_tokens, s.hit_tokens, s.tag))
             if s.generated >= s.max_tokens:
                 done.append(s)
             elif s.generated == 1 or s.generated % self.p.stream_every == 0:

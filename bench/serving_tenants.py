@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import random
+import sys
 import time
 
 import aiohttp
 import orjson
-from bench_serving import ENGINE_PORT, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _words, conversation, pct
+from procstat import cpu_seconds
+from bench_serving import ENGINE_PORT, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _traces, _words, conversation, pct
 
 A, B = "127.0.0.2", "127.0.0.3"
 ROWS = [(*s, False) for s in STRATEGIES] + [("PrefixHash+engine+fair", "PrefixHash", 1.0, True)]
@@ -105,23 +108,37 @@ async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fai
                                 f"--scrape-interval={scrape and args.scrape_interval}", *(["--fair"] if fair else [])))
             urls.append(f"http://127.0.0.1:{PROXY_PORT + i}/openai/v1/chat/completions")
         await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
+    mark = (await _traces(args.engines))[0] + args.warmup
+    pids = {"engines": args.engines_pid, "load": os.getpid(), **{f"proxy{i}": p.pid for i, p in enumerate(procs)}}
+    cpu0, t0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.perf_counter()
     try:
         loads = [tenant_load(B, urls, args.b_users, args.think, args, args.seed, strategy is None)]
         if flood:
             loads.append(tenant_load(A, urls, args.a_users, 0.0, args, args.seed + 500, strategy is None))
         got = await asyncio.gather(*loads)
+        cpu = {k: (cpu_seconds(v) - cpu0[k]) / (time.perf_counter() - t0) for k, v in pids.items()}
     finally:
         for p in procs:
             p.terminate()
             p.communicate()
     window = args.duration - args.warmup
     b, a = got[0], (got[1] if flood else Tenant())
+    if args.instrument:  # where B's first tokens waited: at the engines (admission queue, then to the first token)
+        _, trace = await _traces(args.engines, mark)
+        bt = [t for t in trace if t[4] == B]
+        print(f"#   {strategy} x{replicas} {'flood' if flood else 'alone'}: B at the engines: {len(bt)} requests, queue p50/p99 "
+              f"{pct([t[0] for t in bt], 50):.3f}/{pct([t[0] for t in bt], 99):.3f}s, first token p50/p99 "
+              f"{pct([t[1] for t in bt], 50):.3f}/{pct([t[1] for t in bt], 99):.3f}s; all requests: first token p99 "
+              f"{pct([t[1] for t in trace], 99):.3f}s; B's TTFT p50/p99 {pct(b.ttft, 50):.3f}/{pct(b.ttft, 99):.3f}s; CPU "
+              + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items()),
+              file=sys.stderr, flush=True)
     return {"p50": pct(b.ttft, 50), "p99": pct(b.ttft, 99), "b_tps": b.tokens / window, "a_tps": a.tokens / window,
             "a_429": a.rejected, "errors": a.errors + b.errors, "n": len(b.ttft)}
 
 
 async def tenants_main(args: argparse.Namespace) -> None:
     engines = _spawn("engines", f"--engines={args.engines}")
+    args.engines_pid = engines.pid
     try:
         print(f"# tenants: B {args.b_users} users (think {args.think}s), A {args.a_users} flooding users; "
               f"{args.duration:.0f}s runs, the first {args.warmup:.0f}s not measured", flush=True)

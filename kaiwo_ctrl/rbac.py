@@ -318,7 +318,10 @@ PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(KUBEAI, "models/scale", ("patch",), "serving/proxy/scale.py set_replicas: scale from zero"),
     Rule("", "pods", ("list", "watch"), "serving/routing/endpoints.py: model server Pod informer (label app=model): the endpoints"),
     Rule("", "namespaces", ("list", "watch"), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before "
-         "creating the route key; aim/fence.py RouteFence: Namespace informer (route tokens bind each namespace's UID)"),
+         "creating the route key; aim/fence.py RouteFence: Namespace informer (route tokens bind each namespace's UID); "
+         "serving/routing/weights.py: the same informer (trimmed: settings/namespaces.py), a namespace's fair-queue weight"),
+    Rule("", "events", ("create", "patch"), "serving/routing/fairevents.py: Saturated / SaturationCleared Events on a Model, in its "
+         "namespace (runtime/observe/events.py EventRecorder: create, patch count/lastTimestamp of a repeat)"),
     Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),
     Rule("authorization.k8s.io", "subjectaccessreviews", ("create",), "runtime/observe/metricsauth.py: may the scraper get /metrics"),
 )

@@ -38,6 +38,7 @@ from kaiwo_ctrl.runtime.objects.objpath import deleting, meta, rv, uid
 from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 from kaiwo_ctrl.runtime.api.resources import NAMESPACES, NODES
 from kaiwo_ctrl.settings import settings_for
+from kaiwo_ctrl.settings.namespaces import trim_namespace
 
 from .constants import CLUSTER_QUEUE, LOCAL_QUEUE, QUEUE_CONFIG_NAME
 from .defaults import default_topology_name, ensure_default_queue_config, queue_config_spec_equivalent
@@ -45,7 +46,7 @@ from .kueue import desired_kueue_objects
 from .nodepools import NodePool, discover, exclude_control_plane_setting, node_patches, topology_label_patches
 from .plan import key_str, object_key, plan_sync
 from .status import desired_status, status_changed
-from .watch import KueueObjectChanged, NamespaceComesOrGoes, NodeChanged, SpecChanged, always_kaiwo, trim_namespace
+from .watch import KueueObjectChanged, NamespaceComesOrGoes, NodeChanged, SpecChanged, always_kaiwo
 from .writes import KUEUE_RESOURCES, Expect, KueueWriter, WriteStats, error_text, expect_version, truncate, wait_cache
 
 log = logging.getLogger("kaiwo_ctrl.queues")

@@ -13,7 +13,6 @@ from typing import Any
 from kaiwo_ctrl.runtime.control.handler import Request
 from kaiwo_ctrl.runtime.objects.objpath import meta
 from kaiwo_ctrl.runtime.control.predicate import FieldsChanged, Predicate
-from kaiwo_ctrl.settings.priority import ANNOTATION as PRIORITY_ANNOTATION
 
 from .constants import QUEUE_CONFIG_NAME
 from .nodepools import node_fingerprint
@@ -30,17 +29,6 @@ class NodeChanged(Predicate):
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return node_fingerprint(old) != node_fingerprint(new)
-
-
-def trim_namespace(obj: dict) -> dict:
-    """The cached Namespace: its name, identity, whether it is terminating, and the
-    priority classes an admin allows in it (:mod:`kaiwo_ctrl.settings.priority`)."""
-    m = obj.get("metadata") or {}
-    keep = {k: m[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in m}
-    allowed = (m.get("annotations") or {}).get(PRIORITY_ANNOTATION)
-    if allowed is not None:
-        keep["annotations"] = {PRIORITY_ANNOTATION: allowed}
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": keep}
 
 
 class NamespaceComesOrGoes(Predicate):

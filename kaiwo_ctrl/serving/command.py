@@ -156,10 +156,15 @@ def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long a request may wait in its tenant's queue (default 30s; then 429 with Retry-After)")
     p.add_argument("--proxy-fair-max-pending", type=_count, default=_from_env("PROXY_FAIR_MAX_PENDING", _count, _LIMITS.fair.max_pending),
                    help="an engine that reports metrics has room while this replica has fewer requests there without a "
-                        "first token (default 2) and it reports none waiting and a KV cache under 90%%")
+                        "first token (default 1), and it reported room (none waiting, KV cache at most 90%%) or "
+                        "more of this replica's requests there finished since its report than were sent")
     p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),
                    help="an engine without metrics has room while this replica has fewer requests in flight there "
                         "(default 0: no cap, such engines never saturate)")
+    p.add_argument("--proxy-fair-event-interval", type=_positive_seconds,
+                   default=_from_env("PROXY_FAIR_EVENT_INTERVAL", _positive_seconds, _LIMITS.fair.event_interval),
+                   help="the least time between two saturation Events (Saturated, SaturationCleared) on one Model "
+                        "from this replica (default 60s)")
 
 
 def _add_auth_arguments(p: argparse.ArgumentParser) -> None:
@@ -202,7 +207,7 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         min_body_rate=args.proxy_min_body_rate, body_memory_per_client=args.proxy_body_memory_per_client,
         fair=FairLimits(enabled=args.proxy_fair_queuing == "on", max_queue=args.proxy_fair_queue_length,
                         max_wait=args.proxy_fair_queue_wait, max_pending=args.proxy_fair_max_pending,
-                        in_flight_cap=max(0, args.proxy_fair_in_flight_cap)),
+                        in_flight_cap=max(0, args.proxy_fair_in_flight_cap), event_interval=args.proxy_fair_event_interval),
     )
 
 

@@ -44,9 +44,11 @@ class FairLimits:
     #: tenants waiting for one Model at once (more: 429)
     max_tenants: int = 256
     #: of an engine that reports, this replica's requests there without a first token at most (else it has no room)
-    max_pending: int = 2
+    max_pending: int = 1
     #: of an engine that does not report, this replica's requests in flight there at most (0: no cap, never queue)
     in_flight_cap: int = 0
+    #: seconds between two saturation Events (Saturated, SaturationCleared) of one Model from one replica, at least
+    event_interval: float = 60.0
 
 
 @dataclass(frozen=True)

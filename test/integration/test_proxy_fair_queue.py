@@ -5,20 +5,28 @@ the other tenant): the address the server recorded, not anything the request say
 
 * saturated Model: the flooding tenant's extra requests wait and the other's are released before them;
 * a tenant's full queue answers 429 with ``Retry-After`` in OpenAI's error shape, and no engine receives it;
-* an unsaturated Model adds no queueing: every request goes straight to the pick.
+* an unsaturated Model adds no queueing: every request goes straight to the pick;
+* the saturated Model, and only it, receives a ``Saturated`` Event and then a ``SaturationCleared`` one;
+* weights: a namespace annotated ``kaiwo.silogen.ai/serving-weight: "3"`` is released three times for the
+  other's once (callers known by real ServiceAccount tokens, ``--proxy-auth kubernetes``);
+* two proxy replicas in front of the same engine: the fair share holds on both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import aiohttp
 import orjson
 import pytest
 
+from kaiwo_ctrl.serving.proxy.auth import AuthConfig
 from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
+from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION
 from proxy_support import backends, create_model, server_pod, start_proxy, stop_proxy  # noqa: F401 - fixtures
 from support import eventually
+from support.tokens import bearer, grant_model_user, service_account_token
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +49,19 @@ def client(address: str) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=60))
 
 
+LIMITS = ProxyLimits(fair=FairLimits(enabled=True, max_queue=4, max_wait=20.0, max_pending=1, event_interval=0.5))
+
+
+def model_events(admin, ns: str) -> list[tuple[str, str, str, str]]:
+    """(involved kind, name, uid, reason) of the Events in ``ns`` written by the proxy."""
+    return [(e["involvedObject"].get("kind"), e["involvedObject"].get("name"), e["involvedObject"].get("uid"), e["reason"])
+            for e in admin.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
+            if e.get("reportingComponent") == "kaiwo-proxy"]
+
+
 @pytest.fixture
 async def fair_proxy(control_plane):
-    limits = ProxyLimits(fair=FairLimits(enabled=True, max_queue=4, max_wait=20.0, max_pending=1))
-    p = await start_proxy(control_plane, limits=limits)
+    p = await start_proxy(control_plane, limits=LIMITS)
     yield p
     await stop_proxy(p)
 
@@ -60,35 +77,47 @@ async def test_the_flooding_tenant_waits_and_the_other_is_released_first(fair_pr
     await eventually(lambda: engines_reported(p, namespace, "fq"), what="the engine reported")
     gate, key = p.server.handler.fair, (namespace, "fq")
     async with client(A) as a, client(B) as b:
-        # A's first request goes straight to the engine, which holds it: the Model is saturated (a request
+        # A's first request goes straight to the engine, which holds it: no room for A (a request of A's
         # without a first token at the only engine)
         tasks = [asyncio.create_task(post_from(a, p, "fq", "a0"))]
         await eventually(lambda: engine.held == 1, what="a0 held at the engine")
         for i in range(1, 5):  # A floods: 4 more wait in A's queue
             tasks.append(asyncio.create_task(post_from(a, p, "fq", f"a{i}")))
         await eventually(lambda: gate.waiting(key, A) == 4, what="A's 4 extra requests queued")
-        for i in range(2):  # then B asks
-            tasks.append(asyncio.create_task(post_from(b, p, "fq", f"b{i}")))
-        await eventually(lambda: gate.waiting(key, B) == 2, what="B's 2 requests queued")
         assert engine.held == 1 and len(engine.requests) == 1, "nothing queued reached the engine"
+        # then B asks: its first request is released at once, ahead of A's 4 (B has its own prefill lane at the
+        # engine, which reports room), its second waits behind it in B's queue
+        tasks.append(asyncio.create_task(post_from(b, p, "fq", "b0")))
+        await eventually(lambda: engine.held == 2, what="b0 released to the engine")
+        tasks.append(asyncio.create_task(post_from(b, p, "fq", "b1")))
+        await eventually(lambda: gate.waiting(key, B) == 1, what="b1 queued")
+        assert gate.waiting(key, A) == 4 and len(engine.requests) == 2
 
         # A's queue is full: a 5th waiting request is refused at once, in OpenAI's shape, with Retry-After
         code, headers, raw = await post_from(a, p, "fq", "a-refused")
         assert code == 429 and headers["Retry-After"] == "20"
         err = orjson.loads(raw)["error"]
         assert err["code"] == 429 and err["type"] == "rate_limit_exceeded" and "queue" in err["message"]
-        assert gate.waiting(key, B) == 2, "B's queue is its own"
+        assert gate.waiting(key, B) == 1, "B's queue is its own"
 
         engine.hold.set()  # the engine frees capacity: the queues are released one at a time, round-robin
         results = await asyncio.gather(*tasks)
     assert [r[0] for r in results] == [200] * 7
     received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
-    assert received == ["a0", "a1", "b0", "a2", "b1", "a3", "a4"], "B was released before A's later requests"
+    assert received == ["a0", "b0", "a1", "b1", "a2", "a3", "a4"], "B was released before A's later requests"
     assert "a-refused" not in received
     assert p.metric("kaiwo_proxy_fair_requests_total", model_name="fq", tenant=A, outcome="rejected") == 1
     assert p.metric("kaiwo_proxy_fair_requests_total", model_name="fq", tenant=B, outcome="released") == 2
     assert p.metric("kaiwo_proxy_fair_requests_total", model_name="fq", tenant=A, outcome="released") == 4
     assert p.metric("kaiwo_proxy_fair_queue_length", model_name="fq", tenant=A) == 0
+
+    # the saturated Model received the Events, on the Model itself (its uid), and they name no tenant
+    uid = admin.get(f"/apis/kubeai.org/v1/namespaces/{namespace}/models/fq").json()["metadata"]["uid"]
+    await eventually(lambda: sorted(r for _, _, _, r in model_events(admin, namespace)) == ["Saturated", "SaturationCleared"],
+                     timeout=30, what="Saturated, then SaturationCleared on the Model")
+    assert {(k, n, u) for k, n, u, _ in model_events(admin, namespace)} == {("Model", "fq", uid)}
+    for e in admin.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]:
+        assert A not in e["message"] and B not in e["message"]
 
 
 async def test_an_unsaturated_model_adds_no_queueing(fair_proxy, admin, namespace, backends):
@@ -108,3 +137,110 @@ async def test_an_unsaturated_model_adds_no_queueing(fair_proxy, admin, namespac
     for tenant in (A, B):
         assert p.metric("kaiwo_proxy_fair_requests_total", model_name="nq", tenant=tenant, outcome="direct") == 4
         assert p.metric("kaiwo_proxy_fair_requests_total", model_name="nq", tenant=tenant, outcome="queued") == 0
+    await p.mgr.recorder.flush()
+    assert model_events(admin, namespace) == [], "a Model that never saturated gets no Event"
+
+
+async def flood_then_release(engine, gate, key, first, floods, others, post, released_at_once: int) -> list:
+    """``first`` goes straight to the held engine (no more room for its tenant), ``floods`` then ``others`` queue
+    -- but the first ``released_at_once`` of ``others`` reach the engine at once; the callers' tasks."""
+    tasks = [asyncio.create_task(post(first))]
+    held = engine.held
+    await eventually(lambda: engine.held == held + 1, what=f"{first[1]} held at the engine")
+    for caller, prompt in floods:
+        tasks.append(asyncio.create_task(post((caller, prompt))))
+        await eventually(lambda: gate.waiting(key, caller[0]) == len(tasks) - 1, what=f"{prompt} queued")
+    for i, (caller, prompt) in enumerate(others):
+        tasks.append(asyncio.create_task(post((caller, prompt))))
+        if i < released_at_once:
+            await eventually(lambda: engine.held == held + 2 + i, what=f"{prompt} released at once")
+        else:
+            await eventually(lambda: gate.waiting(key, caller[0]) == i + 1 - released_at_once, what=f"{prompt} queued")
+    return tasks
+
+
+async def test_a_namespace_weight_changes_the_release_order(control_plane, admin, namespace, backends):
+    """The engine reports no metrics and the proxy allows one request in flight there (--proxy-fair-in-flight-cap
+    1): requests are released one at a time as the previous one ends, so the weights alone decide the order."""
+    heavy, light = f"heavy-{uuid.uuid4().hex[:6]}", f"light-{uuid.uuid4().hex[:6]}"
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": heavy, "annotations": {SERVING_WEIGHT_ANNOTATION: "3"}}}).status_code == 201
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": light, "annotations": {SERVING_WEIGHT_ANNOTATION: "many"}}}).status_code == 201
+    tokens = {}
+    for ns in (heavy, light):
+        tokens[ns] = service_account_token(admin, ns, "caller")
+        grant_model_user(admin, namespace, ns, "caller", binding=f"users-{ns}")
+    limits = ProxyLimits(fair=FairLimits(enabled=True, max_queue=8, max_wait=20.0, in_flight_cap=1, event_interval=0.5))
+    p = await start_proxy(control_plane, limits=limits, auth=AuthConfig(ttl=30.0, deny_ttl=0.3))
+    try:
+        create_model(admin, namespace, "wq", autoscalingDisabled=True)
+        engine = await backends("weights")
+        server_pod(admin, namespace, "wq", engine)
+        await p.wait_endpoints(namespace, "wq", 1)
+        gate, key = p.server.handler.fair, (namespace, "wq")
+        await eventually(lambda: gate.weight(heavy) == 3, what="the heavy namespace's weight read")
+        assert gate.weight(light) == 1, "a bad weight counts as 1"
+
+        async def post(item) -> tuple[int, bytes]:
+            (ns, token), prompt = item
+            async with p.http.post(p.url + "/openai/v1/completions", data=orjson.dumps({"model": "wq", "prompt": prompt}),
+                                   headers={"Content-Type": "application/json", **bearer(token)}) as r:
+                return r.status, await r.read()
+
+        for ns in (heavy, light):  # each caller's review is made (and cached) before the order matters
+            await eventually(lambda: _ok(post(((ns, tokens[ns]), f"warm-{ns[:5]}"))), timeout=30, what=f"{ns} allowed")
+        engine.requests.clear()
+        engine.hold.clear()
+        h, lt = (heavy, tokens[heavy]), (light, tokens[light])
+        tasks = await flood_then_release(engine, gate, key, (h, "h0"), [(h, f"h{i}") for i in range(1, 7)],
+                                         [(lt, "l0"), (lt, "l1")], post, released_at_once=0)
+        engine.hold.set()
+        results = await asyncio.gather(*tasks)
+        assert [r[0] for r in results] == [200] * 9
+        received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+        # weight 3 against 1, smooth: H H L H H H L H (equal weights would give H L H L H H H H)
+        assert received == ["h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "h6"]
+    finally:
+        await stop_proxy(p)
+
+
+async def _ok(call) -> bool:
+    return (await call)[0] == 200
+
+
+async def test_two_replicas_each_release_the_other_tenant_first(control_plane, admin, namespace, backends):
+    """Two live proxies before the same engine, each receiving part of both tenants' load: on both, the flooding
+    tenant's extra requests wait and the other tenant's are released before them."""
+    p1 = await start_proxy(control_plane, limits=LIMITS)
+    p2 = await start_proxy(control_plane, limits=LIMITS)
+    try:
+        create_model(admin, namespace, "rq", autoscalingDisabled=True)
+        engine = await backends("replicas")
+        engine.engine = True
+        engine.max_num_seqs = 8
+        server_pod(admin, namespace, "rq", engine)
+        for p in (p1, p2):
+            await p.wait_endpoints(namespace, "rq", 1)
+            await eventually(lambda: engines_reported(p, namespace, "rq"), what="the engine reported")
+        engine.hold.clear()
+        key = (namespace, "rq")
+        async with client(A) as a, client(B) as b:
+            sessions = {A: a, B: b}
+            tasks = []
+            for name, p in (("p1", p1), ("p2", p2)):
+                async def post(item, p=p):
+                    (tenant,), prompt = item
+                    return await post_from(sessions[tenant], p, "rq", prompt)
+                tasks += await flood_then_release(engine, p.server.handler.fair, key, ((A,), f"{name}-a0"),
+                                                  [((A,), f"{name}-a{i}") for i in range(1, 5)],
+                                                  [((B,), f"{name}-b0"), ((B,), f"{name}-b1")], post, released_at_once=1)
+            assert engine.held == 4, "each replica sent one request of each tenant, the rest wait in its own queues"
+            engine.hold.set()
+            results = await asyncio.gather(*tasks)
+        assert [r[0] for r in results] == [200] * 14
+        received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+        for name in ("p1", "p2"):
+            mine = [x.split("-", 1)[1] for x in received if x.startswith(name + "-")]
+            assert mine == ["a0", "b0", "a1", "b1", "a2", "a3", "a4"], f"{name}: B released before A's later requests"
+    finally:
+        await stop_proxy(p1)
+        await stop_proxy(p2)

@@ -12,7 +12,7 @@ from kaiwo_ctrl.serving.routing.balance import Endpoint
 from kaiwo_ctrl.serving.routing.fairgate import tenant_of
 from kaiwo_ctrl.serving.routing.fairqueue import MAX_WEIGHT, FairQueue, QueueFull, clamp_weight
 from kaiwo_ctrl.serving.limits import FairLimits
-from kaiwo_ctrl.serving.routing.saturation import saturated
+from kaiwo_ctrl.serving.routing.saturation import saturated, without_room
 from kaiwo_ctrl.serving.routing.score import EngineSample
 
 
@@ -141,11 +141,23 @@ def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int =
     ([ep(sample=S(running=4, kv=0.95))], True),
     ([ep(sample=S(running=4), pending=2)], True),
     ([ep(sample=S(running=4), pending=1)], False),
-    # sent since the report, less what finished: 2 more than at the scrape is no room until the next report ...
-    ([ep(sample=S(running=4), in_flight=6, base=4)], True),
-    ([ep(sample=S(running=4), in_flight=5, base=4)], False),
-    # ... and what finished since makes room again
-    ([ep(sample=S(running=4), in_flight=5, base=6)], False),
+    # an admitting engine: sends since the report (less what finished) up to its KV headroom at the running
+    # requests' mean use -- 4 running at 0.45 use 0.1125 each, (0.9 - 0.45) / 0.1125 = 4 more -- at least max_pending
+    ([ep(sample=S(running=4, kv=0.45), in_flight=7, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.45), in_flight=8, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.85), in_flight=5, base=4)], False),  # headroom under max_pending: max_pending
+    ([ep(sample=S(running=4, kv=0.85), in_flight=6, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.85), in_flight=5, base=6)], False),  # what finished since makes room again
+    # ... our share of it: another replica sent half the engine's requests (4 of 8 running are ours)
+    ([ep(sample=S(running=8, kv=0.45), in_flight=8, base=4)], True),
+    ([ep(sample=S(running=8, kv=0.45), in_flight=7, base=4)], False),
+    # a full engine (waiting, or KV full): room only once more finished than we sent, beyond our share of its
+    # queue (4 waiting, 4 of 8 requests ours: 2)
+    ([ep(sample=S(running=4, waiting=4), in_flight=2, base=4)], True),
+    ([ep(sample=S(running=4, waiting=4), in_flight=1, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=4, base=4)], True),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=3, base=4)], False),
+    ([ep(sample=S(running=4, kv=0.95), in_flight=0, base=0)], True),  # none of ours there: nothing of ours to replace
     # saturated only when every endpoint is: one with room takes the request (work-conserving)
     ([ep(sample=S(waiting=3)), ep(sample=S(running=1))], False),
     ([ep(sample=S(waiting=3)), ep(sample=S(waiting=1))], True),
@@ -158,6 +170,15 @@ def ep(*, sample: EngineSample | None = None, fresh: bool = True, pending: int =
 ])
 def test_saturated(endpoints: list[Endpoint], expected: bool) -> None:
     assert saturated(endpoints, NOW, max_pending=2, in_flight_cap=4) is expected
+
+
+def test_without_room_names_the_full_endpoints() -> None:
+    """While the Model has room somewhere, the pick passes over the endpoints without room."""
+    a, b = ep(sample=S(running=4, waiting=2)), ep(sample=S(running=1))
+    a.key, b.key = "ns/a", "ns/b"
+    assert without_room([a, b], NOW, max_pending=2, in_flight_cap=0) == frozenset({"ns/a"})
+    assert without_room([b], NOW, max_pending=2, in_flight_cap=0) == frozenset()
+    assert without_room([a], NOW, max_pending=2, in_flight_cap=0) is None
 
 
 def test_no_cap_without_reports_never_saturates() -> None:
@@ -180,5 +201,29 @@ def test_fair_flags() -> None:
     add_proxy_arguments(p)
     assert proxy_limits(p.parse_args([])).fair == FairLimits()
     lim = proxy_limits(p.parse_args(["--proxy-fair-queuing", "on", "--proxy-fair-queue-length", "5", "--proxy-fair-queue-wait", "2s",
-                                     "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7"])).fair
-    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7)
+                                     "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7",
+                                     "--proxy-fair-event-interval", "30s"])).fair
+    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7, event_interval=30.0)
+
+
+def test_room_counts_the_tenants_own_requests_without_a_first_token() -> None:
+    """Each tenant has its own prefill lane per engine: the flood's request in prefill leaves room for another's."""
+    e = ep(sample=S(running=4, kv=0.2), pending=1, in_flight=5, base=4)
+    e.pending_by = {"A": 1}
+    assert saturated([e], NOW, max_pending=1, in_flight_cap=0)  # no tenant named: every request counts
+    assert without_room([e], NOW, 1, 0, "A") is None
+    assert without_room([e], NOW, 1, 0, "B") == frozenset()
+    full = ep(sample=S(running=4, waiting=1), pending=0, in_flight=4, base=4)
+    assert without_room([full], NOW, 1, 0, "B") is None, "the engine-wide rules still hold for every tenant"
+
+
+def test_release_among_eligible_tenants() -> None:
+    q = FairQueue(max_len=10, max_wait=60)
+    for i in range(3):
+        q.enqueue("A", float(i))
+    q.enqueue("B", 5.0)
+    assert q.release(lambda t: t == "nobody") is None and len(q) == 4, "no eligible tenant: nothing released"
+    assert q.release(lambda t: t == "A").tenant == "A"  # type: ignore[union-attr]
+    assert q.release(lambda t: t == "A").tenant == "A"  # type: ignore[union-attr]
+    # B gained no credit while it could not be served, and A none over it: plain round-robin from here
+    assert [q.release().tenant for _ in range(2)] == ["A", "B"]  # type: ignore[union-attr]

@@ -440,7 +440,8 @@ def test_lease_rules_are_scoped_to_the_lease_name():
 
 #: The code `kaiwo-ctrl proxy` runs that calls the API server: the HTTP front and its routing, the
 #: route key (aim/fence.py), the secure metrics' reviews and the namespace check before the key is made.
-PROXY_CODE = ("serving/proxy/", "serving/routing/", "aim/fence.py", "runtime/observe/metricsauth.py", "runtime/api/resources.py")
+PROXY_CODE = ("serving/proxy/", "serving/routing/", "aim/fence.py", "runtime/observe/metricsauth.py", "runtime/api/resources.py",
+              "runtime/observe/events.py")  # the recorder writes the fair queue's saturation Events (serving/routing/fairevents.py)
 
 
 def test_proxy_role_is_exactly_what_the_proxy_code_uses():

@@ -27,12 +27,14 @@ from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.runtime.process.listeners import ListenerError, bind_reason
 from kaiwo_ctrl.serving.proxy.auth import AuthConfig, Authorizer
 from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, model_pod_informer
+from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
 from kaiwo_ctrl.aim.fence import TOKEN_HEADER_KEY, RouteFence, RouteKeyError
 from kaiwo_ctrl.serving.proxy.handler import ROUTES, ProxyHandler, error_response, internal_error
 from kaiwo_ctrl.serving.limits import ProxyLimits
 from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
 from kaiwo_ctrl.serving.routing.resolve import Resolver
 from kaiwo_ctrl.serving.proxy.scale import ScaleFromZero
+from kaiwo_ctrl.serving.routing.weights import NamespaceWeights
 
 log = logging.getLogger("kaiwo_ctrl.serving.proxy")
 
@@ -265,6 +267,10 @@ def setup_proxy(
         log.warning("proxy authentication is off (--proxy-auth none): any client that reaches the proxy may list, "
                     "call and scale up every namespace's Models; use it only for a single-tenant install")
     handler = ProxyHandler(resolver, tracker, metrics, scaler, default_timeout=default_timeout, limits=limits, auth=authorizer)
+    if handler.fair is not None:  # weights from the Namespaces, saturation Events on the Models
+        handler.fair.weight = NamespaceWeights.from_cache(mgr.cache)
+        handler.fair.events = SaturationEvents(mgr.recorder.for_component("kaiwo-proxy"), resolver.models,
+                                               handler.limits.fair.event_interval)
     fence = RouteFence(mgr.cache, mgr.client, operator_ns or "") if gw_addr is not None else None
     server = ProxyServer(handler, addr, gateway_bind=gw_addr, route_fence=fence)
     mgr.add_runnable("proxy", server.serve)  # every replica serves, leader or not

@@ -48,6 +48,7 @@ class Endpoint:
     in_flight_base: int = 0  # ``in_flight`` when the last report's scrape began
     pending: int = 0  # of ``in_flight``, those with no answer byte back yet (queued or in prefill at the engine)
     pending_tokens: float = 0.0  # their prompt tokens the engine has to prefill (estimated; see .score)
+    pending_by: dict[str, int] = field(default_factory=dict)  # of ``pending``, per fair-queue tenant (.saturation)
 
     def serves(self, adapter: str) -> bool:
         return not adapter or adapter in self.adapters

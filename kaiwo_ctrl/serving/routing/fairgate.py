@@ -3,8 +3,8 @@
 While a Model is not saturated (:mod:`.saturation`) and nothing of it waits,
 a request goes straight to the pick: no queue, no timer, no task switch. Else
 it waits in its tenant's queue (:mod:`.fairqueue`) and one pump task per
-Model releases the queues in fair order, one request at a time, each as soon
-as the Model has room again (checked every ``POLL`` seconds and at each
+Model releases the queues in fair order among the tenants the Model has room
+for, one request at a time, each as soon as there is room (checked every ``POLL`` seconds and at each
 endpoint change while anything waits; the released request takes its
 endpoint before the next release is considered, so a release is counted by
 the next check). The pump ends when the queues are empty.
@@ -27,10 +27,11 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 from kaiwo_ctrl.serving.routing.endpoints import Group
+from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
 from kaiwo_ctrl.serving.routing.fairqueue import FairQueue, QueueFull
 from kaiwo_ctrl.serving.limits import FairLimits
 from kaiwo_ctrl.serving.routing.resolve import ProxyError
-from kaiwo_ctrl.serving.routing.saturation import saturated
+from kaiwo_ctrl.serving.routing.saturation import without_room
 
 T = TypeVar("T")
 POLL = 0.01  # how often a pump looks for room while requests wait (engine reports and first tokens do not notify)
@@ -54,7 +55,8 @@ class FairGate:
     def __init__(self, limits: FairLimits, metrics: Any = None, weight: Callable[[str], int] | None = None) -> None:
         self.limits = limits
         self.metrics = metrics  # ProxyMetrics (its fair_* series), or None
-        self.weight = weight
+        self.weight = weight  # a tenant's weight (.weights: its Namespace's annotation); None: all equal
+        self.events: SaturationEvents | None = None  # an Event on the Model when its queue starts and empties
         self._queues: dict[tuple[str, str], FairQueue] = {}
         self._pumps: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._labels: dict[tuple[str, str], set[str]] = {}
@@ -63,9 +65,10 @@ class FairGate:
         q = self._queues.get(key)
         return q.waiting(tenant) if q else 0
 
-    def _saturated(self, group: Group) -> bool:
+    def _without_room(self, group: Group, tenant: str) -> frozenset[str] | None:
+        """None while the Model has no room for ``tenant``'s request, else its endpoints with none (:mod:`.saturation`)."""
         lim = self.limits
-        return saturated(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap)
+        return without_room(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap, tenant)
 
     def _label(self, key: tuple[str, str], tenant: str) -> str:
         seen = self._labels.setdefault(key, set())
@@ -87,13 +90,20 @@ class FairGate:
         q = self._queues.get(key)
         m.fair_queue.labels(*key, label).set(q.waiting(tenant) if q else 0)
 
-    async def acquire(self, key: tuple[str, str], group: Group, tenant: str, pick: Callable[[], Awaitable[T]]) -> T:
-        """``pick()`` (the upstream pick), once this request's turn has come; ProxyError 429 past the bounds."""
+    async def acquire(
+        self, key: tuple[str, str], group: Group, tenant: str, pick: Callable[[frozenset[str]], Awaitable[T]],
+    ) -> T:
+        """``pick(full)`` (the upstream pick, passing over the endpoints in ``full``: those with no room), once this
+        request's turn has come; ProxyError 429 past the bounds."""
+        if not self.limits.enabled:
+            return await pick(frozenset())
         q = self._queues.get(key)
-        if not self.limits.enabled or ((q is None or not len(q)) and not self._saturated(group)):
-            if self.metrics is not None:
-                self.metrics.fair_requests.labels(*key, self._label(key, tenant), "direct").inc()
-            return await pick()
+        if q is None or not len(q):
+            full = self._without_room(group, tenant)
+            if full is not None:
+                if self.metrics is not None:
+                    self.metrics.fair_requests.labels(*key, self._label(key, tenant), "direct").inc()
+                return await pick(full)
         if q is None:
             lim = self.limits
             q = self._queues[key] = FairQueue(lim.max_queue, lim.max_wait, lim.max_tenants, self.weight)
@@ -108,6 +118,8 @@ class FairGate:
         self._count(key, tenant, "queued")
         if key not in self._pumps:
             self._pumps[key] = asyncio.create_task(self._pump(key, group, q))
+            if self.events is not None:
+                self.events.changed(key, True)
         try:
             picked = await fut
         except asyncio.CancelledError:
@@ -121,7 +133,7 @@ class FairGate:
                              retry_after=q.retry_after()) from None
         self._count(key, tenant, "released", loop.time() - t0)
         try:
-            return await pick()
+            return await pick(self._without_room(group, tenant) or frozenset())
         finally:
             picked.set()  # the pump may consider the next release
 
@@ -134,7 +146,8 @@ class FairGate:
                         t.payload.set_exception(TimeoutError())
                 if not len(q):
                     break
-                if self._saturated(group):
+                ticket = q.release(lambda tenant: self._without_room(group, tenant) is not None)
+                if ticket is None:  # no room for any waiting tenant
                     changed = group.changed()
                     try:
                         async with asyncio.timeout(POLL):
@@ -142,8 +155,7 @@ class FairGate:
                     except TimeoutError:
                         pass
                     continue
-                ticket = q.release()
-                if ticket is None or ticket.payload.done():
+                if ticket.payload.done():
                     continue
                 picked = asyncio.Event()
                 ticket.payload.set_result(picked)
@@ -156,8 +168,12 @@ class FairGate:
             self._pumps.pop(key, None)
             if not len(q):
                 self._queues.pop(key, None)
+                if self.events is not None:
+                    self.events.changed(key, False)
 
     async def close(self) -> None:
         for task in list(self._pumps.values()):
             task.cancel()
         self._pumps.clear()
+        if self.events is not None:
+            self.events.close()

@@ -129,14 +129,16 @@ class FairQueue:
                 del self._tenants[name]
         return out
 
-    def release(self) -> Ticket | None:
-        """The next ticket in fair order (marked released), or None when nothing waits."""
-        if not self._tenants:
+    def release(self, eligible: Callable[[str], bool] | None = None) -> Ticket | None:
+        """The next ticket in fair order (marked released), or None when nothing waits. With ``eligible``, only
+        the tenants it accepts compete (and gain credit) in this round; None when it accepts none."""
+        tenants = [(n, t) for n, t in self._tenants.items() if eligible is None or eligible(n)]
+        if not tenants:
             return None
         total = 0
         best_name = ""
         best: _Tenant | None = None
-        for name, t in self._tenants.items():
+        for name, t in tenants:
             w = clamp_weight(self._weight(name))
             t.credit += w
             total += w

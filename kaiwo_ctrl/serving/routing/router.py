@@ -54,12 +54,16 @@ from kaiwo_ctrl.serving.routing.score import BYTES_PER_TOKEN
 class Lease:
     """One attempt's hold on an endpoint (in flight until :meth:`release`)."""
 
-    __slots__ = ("endpoint", "tokens", "waited", "_group", "_metrics", "_pending", "_held")
+    __slots__ = ("endpoint", "tokens", "waited", "tenant", "_group", "_metrics", "_pending", "_held")
 
-    def __init__(self, group: Group, endpoint: Endpoint, tokens: float, waited: float, metrics: ProxyMetrics) -> None:
+    def __init__(self, group: Group, endpoint: Endpoint, tokens: float, waited: float, metrics: ProxyMetrics,
+                 tenant: str | None = None) -> None:
         self.endpoint, self.tokens, self.waited = endpoint, tokens, waited  # waited: seconds acquire waited for it
+        self.tenant = tenant  # with fair queuing: whose request, counted in endpoint.pending_by until answered
         self._group, self._metrics = group, metrics
         self._pending = self._held = True
+        if tenant is not None:
+            endpoint.pending_by[tenant] = endpoint.pending_by.get(tenant, 0) + 1
 
     @property
     def address(self) -> str:
@@ -70,6 +74,12 @@ class Lease:
         if self._pending:
             self._pending = False
             self._group.answered(self.endpoint, self.tokens)
+            if self.tenant is not None:
+                by = self.endpoint.pending_by
+                if by.get(self.tenant, 0) > 1:
+                    by[self.tenant] -= 1
+                else:
+                    by.pop(self.tenant, None)
 
     def retry(self, reason: str) -> None:
         """This attempt is given up for another (``reason``: "transport" or the status code)."""
@@ -110,21 +120,21 @@ class Router:
             return await self._lease(target, key, size, skip)
         w0 = time.perf_counter()
         lease = await self.fair.acquire((target.namespace, target.name), self.state(target).group, tenant,
-                                        lambda: self._lease(target, key, size, skip))
+                                        lambda full: self._lease(target, key, size, full, tenant))
         lease.waited = time.perf_counter() - w0  # the turn waited for counts as waiting, not as the proxy's overhead
         return lease
 
-    async def _lease(self, target: Target, key: str, size: int, skip: frozenset[str]) -> Lease:
+    async def _lease(self, target: Target, key: str, size: int, skip: frozenset[str], tenant: str | None = None) -> Lease:
         group = self.state(target).group
         chosen = self._choose(group, target, key, skip, size)
         if chosen is not None:  # one is free: no wait to time
-            return Lease(group, chosen[0], chosen[1], 0.0, self.metrics)
+            return Lease(group, chosen[0], chosen[1], 0.0, self.metrics, tenant)
         w0 = time.perf_counter()
         try:
             ep, tokens = await self._await(group, target, key, skip, size)
         except TimeoutError:
             raise ProxyError(504, f"Gateway Timeout: no endpoint of the Model was ready within {self.wait_limit:g}s") from None
-        return Lease(group, ep, tokens, time.perf_counter() - w0, self.metrics)
+        return Lease(group, ep, tokens, time.perf_counter() - w0, self.metrics, tenant)
 
     async def _await(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int) -> tuple[Endpoint, float]:
         """Chooses again on every change of the group, at most ``wait_limit`` (TimeoutError)."""

@@ -120,10 +120,12 @@ class EngineSample:
 class Endpoint(Protocol):
     """What scoring reads of an endpoint (:class:`.balance.Endpoint`)."""
 
+    key: str
     in_flight: int
     in_flight_base: int
     pending: int
     pending_tokens: float
+    pending_by: dict[str, int]
     engine: EngineSample | None
     engine_until: float
 

@@ -39,7 +39,7 @@ t0=$(date +%s)
 assets=$(./hack/envtest/build.sh)
 log "control-plane assets: $assets ($(( $(date +%s) - t0 ))s)"
 t0=$(date +%s)
-helm=$(./hack/envtest/build-helm.sh)  # for the chart tests (test/unit/test_chart.py) and e2e/test_helm_install.py
+helm=$(./hack/envtest/build-helm.sh)  # for the chart tests (test/unit/repo/test_chart.py) and e2e/test_helm_install.py
 log "helm: $helm ($(( $(date +%s) - t0 ))s)"
 
 if [ -x hack/setup-download-emulators.sh ]; then

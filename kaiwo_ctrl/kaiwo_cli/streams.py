@@ -47,7 +47,7 @@ def ws_session(client: Client) -> aiohttp.ClientSession:
     single HTTP client (the runtime's HTTP/1.1 pool, kaiwo_ctrl.runtime.net):
     that client does not speak WebSocket, which exec and port-forward need.
     It lives in the CLI's process only, never in the operator's
-    (test/unit/test_one_http_client.py holds both)."""
+    (test/unit/repo/test_one_http_client.py holds both)."""
     t = client.transport
     s = _SESSIONS.get(t)
     if s is None or s.closed:

@@ -1,7 +1,7 @@
 """A proxy listener taken after the start-up check (a race with another process):
 the proxy runnable (``ProxyServer.serve``) stops the manager and raises a ListenerError naming the flag,
 which ``kaiwo-ctrl run``/``proxy`` turn into exit status 3 and that line (the
-start-up check itself is test/unit/test_listener_bind.py). Real apiserver."""
+start-up check itself is test/unit/runtime/process/test_listener_bind.py). Real apiserver."""
 
 from __future__ import annotations
 

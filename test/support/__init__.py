@@ -14,7 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+#: the repository's root, and the unit tests' fixture files
+REPO = Path(__file__).resolve().parents[2]
+UNIT_FIXTURES = REPO / "test" / "unit" / "fixtures"
 
 
 class _Poll:

@@ -20,8 +20,9 @@ import pytest
 
 from kaiwo_ctrl import rbac
 from kaiwo_ctrl.cli import build_parser
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PAGE = ROOT / "docs" / "install-and-configure.md"
 CLI = ROOT / "kaiwo_ctrl" / "cli.py"
 COMMAND = ROOT / "kaiwo_ctrl" / "serving" / "command.py"
@@ -170,7 +171,7 @@ def test_the_docs_name_paths_and_the_exceptions_are_still_needed() -> None:
 def test_the_check_would_notice_a_missing_path() -> None:
     page = (
         "The router is `kaiwo_ctrl/serving/router.py` (moved), its scorer `serving/routing/score.py:12`,\n"
-        "the tests `test/unit/test_docs.py::test_slug_matches_the_anchors_mkdocs_makes` and `test/unit/test_d*.py`;\n"
+        "the tests `test/unit/repo/test_docs.py::test_slug_matches_the_anchors_mkdocs_makes` and `test/unit/repo/test_d*.py`;\n"
         "`./hack/lint.sh` checks, `model/status.py` is relative to serving/ (not checked), and ``<dir>/kwok/x``;\n"
         "see `docs/serving.md#proxying`, not `docs/proxy.md#auth`.\n"
         "```sh\n.venv/bin/python bench/bench_gone.py --out config/samples/\n```\n"

@@ -14,12 +14,12 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 MONITORING = ROOT / "config" / "monitoring"
 
 #: Metrics other programs export, as their documentation names them.

@@ -17,8 +17,9 @@ import yaml
 
 from kaiwo_ctrl.cli import build_parser
 from kaiwo_ctrl.queues.nodepools import discover
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CONFIG = ROOT / "config"
 
 

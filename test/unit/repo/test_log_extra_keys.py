@@ -6,10 +6,10 @@ a log line into a crashed reconcile (or, at start-up, a crashed operator).
 
 import ast
 import logging
-from pathlib import Path
+from support import REPO
 
 RESERVED = set(vars(logging.LogRecord("n", 0, "p", 0, "m", (), None))) | {"message", "asctime"}
-ROOT = Path(__file__).resolve().parents[2] / "kaiwo_ctrl"
+ROOT = REPO / "kaiwo_ctrl"
 
 
 def test_no_reserved_extra_keys():

@@ -18,9 +18,9 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 PACKAGE = ROOT / "kaiwo_ctrl"
 
 #: The one module that may use aiohttp's client (WebSockets, in the CLI's process).

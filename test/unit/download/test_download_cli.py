@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from kaiwo_ctrl.download.main import main
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO
 
 
 def _events(err: str) -> list[dict]:

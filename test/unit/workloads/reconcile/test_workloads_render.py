@@ -1,15 +1,15 @@
 """render() (golden file) and immutable_drift()."""
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 
 from kaiwo_ctrl.workloads.observe.drift import immutable_drift, is_controlled_by
 from kaiwo_ctrl.workloads.reconcile.render import RenderError, render
+from support import UNIT_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
+FIXTURES = UNIT_FIXTURES / "workloads"
 
 
 def load_all(name):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
 
 from api import crdgen
 from api.registry import KINDS
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 def test_committed_crds_match_generator_byte_for_byte():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from support import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
 
 from fake_engine import LLAMA31_8B_A100_40GB, Engine
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from support import REPO
 
-PACKAGE = Path(__file__).resolve().parents[2] / "kaiwo_ctrl"
+PACKAGE = REPO / "kaiwo_ctrl"
 
 MODULE_LIMIT = 400
 FUNCTION_LIMIT = 60

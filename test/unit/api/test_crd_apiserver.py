@@ -9,7 +9,6 @@ Needs the control-plane binaries (hack/envtest/build.sh; a no-op when cached).
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,11 @@ from api.examples import EXAMPLES, INVALID_EXAMPLES, all_examples, load
 from api.registry import KINDS, by_kind
 from support import wait_until
 from support.admin import admin_http
+from support import REPO
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields")
 
 

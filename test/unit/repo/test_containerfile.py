@@ -15,8 +15,9 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CONTAINERFILE = ROOT / "Containerfile"
 
 

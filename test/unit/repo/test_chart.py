@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CHART = ROOT / "charts" / "kaiwo-ctrl"
 KUBECTL = Path(sys.executable).parent / "kubectl"
 #: Labels Helm's chart adds to every object (not to selectors or Pod templates).

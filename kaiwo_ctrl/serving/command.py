@@ -240,18 +240,8 @@ def add_model_controller_arguments(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
     p.add_argument("--adapter-call-timeout", type=_positive_seconds, default=_positive_seconds(env("ADAPTER_CALL_TIMEOUT", "10s")),
                    help="longest call to a model Pod's vLLM server or adapter-loader sidecar (downloads are polled)")
-    p.add_argument("--adapter-calls-per-namespace", type=_positive_int, default=_positive_int(env("ADAPTER_CALLS_PER_NAMESPACE", "2")),
+    p.add_argument("--adapter-calls-per-namespace", type=_count, default=_count(env("ADAPTER_CALLS_PER_NAMESPACE", "2")),
                    help="calls to one namespace's model Pods in flight at once (adapter loads run off the reconcile path)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return n
 
 
 def adapter_limits(args: argparse.Namespace) -> Any:

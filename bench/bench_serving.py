@@ -184,25 +184,37 @@ class RunStats:
     errors: int = 0
 
 
+class ChatStream:
+    """A streamed chat answer read as it arrives: the time to its first content event and its text."""
+
+    def __init__(self) -> None:
+        self.t0, self.ttft, self.buf = time.perf_counter(), -1.0, b""
+        self.parts: list[str] = []
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        *events, self.buf = self.buf.split(b"\n\n")
+        for ev in events:
+            if ev.startswith(b"data: {"):
+                if self.ttft < 0:
+                    self.ttft = time.perf_counter() - self.t0
+                self.parts.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
 async def _chat(pool: Any, authority: str, path: str, messages: list, max_tokens: int) -> tuple[float, str]:
     body = orjson.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens, "stream": True})
-    t0 = time.perf_counter()
-    ttft = -1.0
-    text: list[str] = []
-    buf = b""
+    answer = ChatStream()
     async with await pool.request("POST", authority, path, [(b"Content-Type", b"application/json")], body) as r:
         if r.status != 200:
             await r.read()
             raise OSError(f"status {r.status}")
         async for chunk in r:
-            buf += chunk
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                if ev.startswith(b"data: {"):
-                    if ttft < 0:
-                        ttft = time.perf_counter() - t0
-                    text.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
-    return ttft, "".join(text)
+            answer.feed(chunk)
+    return answer.ttft, answer.text
 
 
 async def run_load(targets: list[tuple[str, str]], users: int, duration: float, warmup: float, seed: int, scale: float,

@@ -23,7 +23,7 @@ import time
 import aiohttp
 import orjson
 from procstat import cpu_seconds
-from bench_serving import ENGINE_PORT, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _traces, _words, conversation, pct
+from bench_serving import ENGINE_PORT, ChatStream, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _traces, _words, conversation, pct
 
 A, B = "127.0.0.2", "127.0.0.3"
 ROWS = [(*s, False) for s in STRATEGIES] + [("PrefixHash+engine+fair", "PrefixHash", 1.0, True)]
@@ -39,21 +39,14 @@ class Tenant:
 
 async def _chat(http: aiohttp.ClientSession, url: str, messages: list, max_tokens: int) -> tuple[int, float, str]:
     body = orjson.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens, "stream": True})
-    t0 = time.perf_counter()
-    ttft, text, buf = -1.0, [], b""
+    answer = ChatStream()
     async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
         if r.status != 200:
             await r.read()
             return r.status, 0.0, ""
         async for chunk in r.content.iter_any():
-            buf += chunk
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                if ev.startswith(b"data: {"):
-                    if ttft < 0:
-                        ttft = time.perf_counter() - t0
-                    text.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
-    return 200, ttft, "".join(text)
+            answer.feed(chunk)
+    return 200, answer.ttft, answer.text
 
 
 async def tenant_load(address: str, urls: list[str], users: int, think: float, args: argparse.Namespace, seed: int,

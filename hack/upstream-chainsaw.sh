@@ -90,12 +90,20 @@ trap stop_plane EXIT
 trap 'exit 130' INT TERM
 
 # first_error LOG: chainsaw's first failed operation (step, operation, object) and the first
-# line of what it said, else the log's last line
+# line of what it said (for a command or script, the last line it printed before that), else
+# the log's last line
 first_error() {
   awk -F'|' '
+    /^ *=== (STDOUT|STDERR)/ { inlog = 1; next }
+    /\| [0-9:]+ \| / { inlog = 0 }
+    inlog && /[^ ]/ { said = $0; sub(/^ +/, "", said) }
     !op && $0 ~ /\| ERROR +\|/ { gsub(/ +/, " "); op = $4 "|" $5 "|" $7; next }
     op && /^ *(=+ ERROR|-+|\+\+\+|---|[^ ]+\/[^ ]+) *$/ { next }
-    op && /[^ ]/ { sub(/^ +/, ""); print op ": " $0; found = 1; exit }
+    op && /[^ ]/ {
+      sub(/^ +/, "")
+      if ($0 ~ /^exit status/ && said != "") print op ": " said " (" $0 ")"; else print op ": " $0
+      found = 1; exit
+    }
     END { if (!found && op) print op }' "$1" | cut -c1-240 | grep . || tail -n 1 "$1" | cut -c1-240
 }
 

@@ -14,7 +14,8 @@
 # upstream's tests expect), which it tears down afterwards. So no test sees what another left.
 #
 # It prints a table: test name, PASS/FAIL, seconds, and for a failure chainsaw's first error.
-# Per test, WORK/NN-NAME/ keeps chainsaw.log, run-local.log, operator.log and plane/logs/.
+# Per test, WORK/NN-NAME/ keeps chainsaw.log, run-local.log, operator.log and plane-logs/ (the
+# plane's components: kueue, kuberay, kube-controller-manager, ...).
 # Exit status: 0 when every selected test passed, 1 otherwise, 2 on usage errors.
 #
 #   --work DIR          where the planes and logs go (default: a new directory under /tmp)
@@ -80,8 +81,11 @@ PY
 
 say() { printf '[upstream-chainsaw] %s\n' "$*"; }
 plane_pid=""
+run=""
 stop_plane() {
   [ -n "$plane_pid" ] || return 0
+  # `local down` removes the plane's directory: keep its components' logs
+  cp -r "$run/plane/logs" "$run/plane-logs" 2>/dev/null || true
   kill -TERM "$plane_pid" 2>/dev/null || true  # run-local.sh then stops the operator and the plane
   wait "$plane_pid" 2>/dev/null || true
   plane_pid=""
@@ -90,18 +94,19 @@ trap stop_plane EXIT
 trap 'exit 130' INT TERM
 
 # first_error LOG: chainsaw's first failed operation (step, operation, object) and the first
-# line of what it said (for a command or script, the last line it printed before that), else
+# line of what it said (after the last line a failed command or script printed), else
 # the log's last line
 first_error() {
   awk -F'|' '
     /^ *=== (STDOUT|STDERR)/ { inlog = 1; next }
     /\| [0-9:]+ \| / { inlog = 0 }
+    /\| RUN +\|/ { said = "" }
     inlog && /[^ ]/ { said = $0; sub(/^ +/, "", said) }
     !op && $0 ~ /\| ERROR +\|/ { gsub(/ +/, " "); op = $4 "|" $5 "|" $7; next }
     op && /^ *(=+ ERROR|-+|\+\+\+|---|[^ ]+\/[^ ]+) *$/ { next }
     op && /[^ ]/ {
       sub(/^ +/, "")
-      if ($0 ~ /^exit status/ && said != "") print op ": " said " (" $0 ")"; else print op ": " $0
+      if (said != "") print op ": " said " (" $0 ")"; else print op ": " $0
       found = 1; exit
     }
     END { if (!found && op) print op }' "$1" | cut -c1-240 | grep . || tail -n 1 "$1" | cut -c1-240

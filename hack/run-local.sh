@@ -24,6 +24,9 @@
 # KubeRay and AppWrapper must already be installed there. Only the sample namespace, KaiwoJob
 # and KaiwoService are applied (never the simulated Nodes), and the sample KaiwoQueueConfig
 # only when the cluster has none yet. They stay in namespace kaiwo-samples afterwards.
+#
+# RUN_LOCAL_SETUP=0 skips step 1 (the .venv and the control-plane binaries must exist already;
+# hack/upstream-chainsaw.sh uses it so a run never reinstalls the shared .venv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -49,8 +52,12 @@ say() { printf '[run-local] %s\n' "$*"; }
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
 
-say "set-up (./hack/setup.sh)"
-./hack/setup.sh
+if [ "${RUN_LOCAL_SETUP:-1}" = 0 ]; then
+  say "set-up skipped (RUN_LOCAL_SETUP=0)"
+else
+  say "set-up (./hack/setup.sh)"
+  ./hack/setup.sh
+fi
 kubectl=$root/.venv/bin/kubectl
 kaiwo=$root/.venv/bin/kaiwo-ctrl
 py=$root/.venv/bin/python

@@ -47,7 +47,12 @@ def component_args(
             "--controllers=job-controller,garbage-collector-controller,namespace-controller,"
             "replicaset-controller,deployment-controller,"
             # KubeRay counts a RayService's Serve endpoints from its Service's EndpointSlices
-            "endpointslice-controller",
+            "endpointslice-controller,"
+            # claims bind to pre-made PersistentVolumes of a StorageClass without a provisioner,
+            # and a deleted claim or volume loses its protection finalizer (as on a real cluster;
+            # nothing provisions volumes here)
+            "persistentvolume-binder-controller,persistentvolume-protection-controller,"
+            "persistentvolumeclaim-protection-controller",
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
             "--kube-api-qps=500",

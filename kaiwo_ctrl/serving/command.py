@@ -265,7 +265,7 @@ def setup_serving(mgr: Manager, args: argparse.Namespace, *, autoscaler: bool, m
                          operator_ns=operator_namespace(getattr(args, "leader_election_namespace", None)))
     scraper = None
     if server is not None:
-        scraper = attach_scraper(server.handler.tracker, mgr.metrics.registry, ScrapeConfig(
+        scraper = attach_scraper(mgr, server.handler.tracker, ScrapeConfig(
             interval=args.proxy_engine_metrics_interval, timeout=args.proxy_engine_metrics_timeout,
             max_bytes=args.proxy_engine_metrics_max_bytes))
     if autoscaler:

@@ -255,7 +255,7 @@ async def start_proxy(control_plane, engine_interval: float | None = 0.2, wire=N
     setup.setdefault("auth", None)
     server = setup_proxy(mgr, "127.0.0.1:0", **setup)
     scraper = None if engine_interval is None else attach_scraper(
-        server.handler.tracker, mgr.metrics.registry, ScrapeConfig(interval=engine_interval, timeout=0.5))
+        mgr, server.handler.tracker, ScrapeConfig(interval=engine_interval, timeout=0.5))
     if wire is not None:
         wire(mgr, server, scraper)
     stop = asyncio.Event()

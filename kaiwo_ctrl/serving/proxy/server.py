@@ -206,11 +206,10 @@ class ProxyServer:
             await self.handler.close()
 
     async def serve(self) -> None:
-        """The manager's runnable of the proxy, on every replica once the caches have synced: the
-        listeners and the work on the proxy's endpoints (the engine scraper), which lives as long
-        as they do. A listener that cannot bind (taken after the start-up check) ends it with a
+        """The manager's runnable of the proxy's listeners, on every replica once the caches have
+        synced (the engine scraper is a runnable of its own, routing.scrape.attach_scraper). A
+        listener that cannot bind (taken after the start-up check) ends it with a
         :class:`ListenerError` naming its flag, which stops the process."""
-        background = [asyncio.create_task(fn()) for fn in self.handler.tracker.background]
         try:
             await self.run()
         except OSError as e:
@@ -221,9 +220,6 @@ class ProxyServer:
             else:
                 flag, addr = "--proxy-gateway-bind-address", self.gateway_bind or ("", 0)
             raise ListenerError(flag, f"{addr[0]}:{addr[1]}", bind_reason(e)) from e
-        finally:
-            for t in background:
-                t.cancel()
 
     async def _fence(self) -> RouteFence:
         """The route fence; until its key can be read (or made), the Gateway listener stays closed (fail closed)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kaiwo_ctrl.runtime.cache.cache import Cache
@@ -186,8 +186,6 @@ class EndpointTracker:
 
     def __init__(self) -> None:
         self.groups: dict[GroupKey, Group] = {}
-        #: work that lives as long as the proxy serves from these endpoints (the engine scraper)
-        self.background: list[Callable[[], Coroutine[Any, Any, None]]] = []
 
     def group(self, key: GroupKey) -> Group:
         g = self.groups.get(key)

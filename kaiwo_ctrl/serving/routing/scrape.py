@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kaiwo_ctrl.runtime.net.fetch import AnswerTooLarge, read_capped
 from kaiwo_ctrl.runtime.net.http1 import Pool
+from kaiwo_ctrl.runtime.manager.manager import Manager
 from kaiwo_ctrl.serving.routing.balance import Endpoint
 from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker, GroupKey
 from kaiwo_ctrl.serving.routing.enginemetrics import BadMetrics, parse_engine_metrics
@@ -208,10 +209,11 @@ class EngineScraper:
         return out
 
 
-def attach_scraper(tracker: EndpointTracker, registry: CollectorRegistry, config: ScrapeConfig) -> EngineScraper | None:
-    """An engine scraper run alongside the proxy serving from ``tracker``; None when ``interval`` is 0 (off)."""
+def attach_scraper(mgr: Manager, tracker: EndpointTracker, config: ScrapeConfig) -> EngineScraper | None:
+    """An engine scraper of the endpoints in ``tracker``, a runnable of ``mgr`` on every replica
+    beside the proxy; None when ``interval`` is 0 (off)."""
     if config.interval <= 0:
         return None
-    scraper = EngineScraper(tracker, registry, config)
-    tracker.background.append(scraper.run)
+    scraper = EngineScraper(tracker, mgr.metrics.registry, config)
+    mgr.add_runnable("proxy-engine-scraper", scraper.run)  # every replica routes, leader or not
     return scraper

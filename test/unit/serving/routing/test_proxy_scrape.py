@@ -181,3 +181,38 @@ async def test_a_pod_that_leaves_is_forgotten_with_its_series():
                                     {"model_namespace": "ns", "model_name": "m", "pod": "p0"}) is None
     finally:
         await stop(server, task)
+
+
+async def test_the_scraper_runs_on_a_standby_replica_as_a_manager_runnable_and_stops_at_shutdown():
+    """The scraper is the Manager's runnable of every replica (the proxy routes on standbys too):
+    it ticks while this replica has not led (the Lease's API server is unreachable), and the
+    manager's shutdown ends it (its connection pool closed)."""
+    from kaiwo_ctrl.runtime.api.client import Client, RestConfig
+    from kaiwo_ctrl.runtime.manager.manager import LeaderElectionConfig, Manager
+    from kaiwo_ctrl.runtime.observe.metrics import Metrics
+    from kaiwo_ctrl.serving.routing.scrape import attach_scraper
+
+    mgr = Manager(Client(RestConfig(host="http://127.0.0.1:9")), metrics=Metrics(), metrics_addr=None, health_addr=None,
+                  leader_election=LeaderElectionConfig(name="kaiwo-test", namespace="kaiwo-system", retry_period=0.05))
+    assert attach_scraper(mgr, EndpointTracker(), ScrapeConfig(interval=0)) is None, "interval 0: no scraper"
+    scraper = attach_scraper(mgr, EndpointTracker(), ScrapeConfig(interval=0.01))
+    assert scraper is not None
+    ticks, closed = [], asyncio.Event()
+    tick, close = scraper.tick, scraper.pool.close
+
+    def counting_tick() -> None:
+        ticks.append(1)
+        tick()
+
+    async def recorded_close() -> None:
+        await close()
+        closed.set()
+
+    scraper.tick, scraper.pool.close = counting_tick, recorded_close  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(mgr.run(stop))
+    await eventually(lambda: len(ticks) >= 3, timeout=10, what="scraper ticks on a replica that does not lead")
+    assert not mgr.is_leader.is_set() and not closed.is_set()
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert closed.is_set(), "the manager's shutdown must stop the scraper"

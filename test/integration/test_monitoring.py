@@ -15,7 +15,7 @@ from aiohttp import web
 
 from kaiwo_ctrl import monitoring
 from kaiwo_ctrl.runtime.api.client import Client
-from kaiwo_ctrl.runtime.manager.manager import Manager
+from kaiwo_ctrl.runtime.manager.manager import LEADER, Manager
 from kaiwo_ctrl.runtime.observe.metrics import Metrics
 from kaiwo_ctrl.runtime.control.ratelimit import ItemExponentialFailureRateLimiter
 from kaiwo_ctrl.settings import ensure_config
@@ -340,11 +340,11 @@ async def test_build_operator_registers_the_monitor_only_when_enabled(control_pl
         return mgr
 
     off = await build({})
-    assert "resource-monitor" not in [n for n, _ in off._leader_runnables]
+    assert "resource-monitor" not in [n for n, _ in off._runnables[LEADER]]
     on = await build({"RESOURCE_MONITORING_ENABLED": "true",
                       "RESOURCE_MONITORING_METRICS_ENDPOINT": "http://127.0.0.1:5000/metrics",
                       "RESOURCE_MONITORING_POLLING_INTERVAL": "10s"})
-    assert "resource-monitor" in [n for n, _ in on._leader_runnables]
+    assert "resource-monitor" in [n for n, _ in on._runnables[LEADER]]
     assert on.resource_monitor.interval == 10.0
     with pytest.raises(monitoring.MonitoringConfigError, match="RESOURCE_MONITORING_METRICS_ENDPOINT"):
         await build({"RESOURCE_MONITORING_ENABLED": "true", "RESOURCE_MONITORING_POLLING_INTERVAL": "10s"})

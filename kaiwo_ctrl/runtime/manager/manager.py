@@ -4,8 +4,9 @@ runnable of the process (:meth:`Manager.add_runnable`).
 Start order: HTTP servers (probes, metrics) -> runnables that do not wait for
 the caches (a webhook server) -> informers, wait for sync -> runnables of every
 replica (a proxy) -> leader election -> leader-only runnables (controllers and
-background tasks). Shutdown runs the other way round within a 30 s budget. Losing the lease raises :class:`LeadershipLost` at once, with no
-graceful phase: another replica may already be acting.
+background tasks). Shutdown runs the other way round within a 30 s budget.
+Losing the lease raises :class:`LeadershipLost` at once, with no graceful
+phase: another replica may already be acting.
 
 Readiness means "caches synced and no watch silent for too long"; it does
 not depend on being leader, so standbys are Ready too. ``/healthz`` fails when
@@ -137,9 +138,7 @@ class Manager:
         self._runner: web.AppRunner | None = None
         self._runner_metrics: web.AppRunner | None = None
         self.bound: dict[str, int] = {}
-        self._tasks: list[asyncio.Task] = []  # leader work
-        self._replica_tasks: list[asyncio.Task] = []  # every replica's, after the caches
-        self._early_tasks: list[asyncio.Task] = []  # every replica's, before the caches; stopped last
+        self._tasks: dict[str, list[asyncio.Task]] = {EARLY: [], REPLICA: [], LEADER: []}  # running, by kind
         self._hook_rest_metrics()
         if self.leader_election:  # 0 from the first scrape on every replica, 1 on the leader
             self.metrics.leader_election_master_status.labels(name=self.leader_election.name).set(0)
@@ -294,15 +293,15 @@ class Manager:
         await self._start_http()
         lost = False
         try:
-            self._early_tasks = self._spawn(EARLY)
+            self._spawn(EARLY)
             if self.settle_heap_every:
                 heap.tune()
             await self.start_cache()
             log.info("caches synced", extra={"informers": self.cache.stats()})
             if self.settle_heap_every:
                 heap.settle(collect=False)
-                self._replica_tasks.append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
-            self._replica_tasks += self._spawn(REPLICA)
+                self._tasks[REPLICA].append(supervise("settle-heap", lambda: heap.settle_every(self.settle_heap_every)))
+            self._spawn(REPLICA)
             if self.leader_election:
                 self.elector = self._elector(self.leader_election)
                 acquire = asyncio.create_task(self.elector.acquire(), name="acquire-lease")
@@ -339,13 +338,13 @@ class Manager:
             on_slow_path=lambda: self.metrics.leader_election_slowpath.labels(name=le.name).inc(),
         )
 
-    def _spawn(self, when: str) -> list[asyncio.Task]:
-        return [asyncio.create_task(fn(), name=name) for name, fn in self._runnables[when]]
+    def _spawn(self, when: str) -> None:
+        self._tasks[when] += [asyncio.create_task(fn(), name=name) for name, fn in self._runnables[when]]
 
     async def _watch(self, stop: asyncio.Event, until: asyncio.Task | None) -> bool:
         """Wait for ``stop`` (False) or ``until`` to end (True), raising the error of a runnable
         that fails meanwhile; one that returns is logged and left."""
-        running = [*self._early_tasks, *self._replica_tasks, *self._tasks]
+        running = [t for tasks in self._tasks.values() for t in tasks]
         for t in running:
             if t.done() and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
@@ -369,12 +368,12 @@ class Manager:
         self.is_leader.set()
         for c in self.controllers:
             await c.start(self.cache_sync_timeout)
-        self._tasks += self._spawn(LEADER)
+        self._spawn(LEADER)
         log.info("leader work started", extra={"controllers": [c.name for c in self.controllers]})
 
     async def _shutdown(self, graceful: bool) -> None:
         async def body() -> None:
-            work = [*self._tasks, *self._replica_tasks]  # a proxy stops taking requests and drains here
+            work = [*self._tasks[LEADER], *self._tasks[REPLICA]]  # a proxy stops taking requests and drains here
             for t in work:
                 t.cancel()
             await asyncio.gather(*work, return_exceptions=True)
@@ -387,9 +386,9 @@ class Manager:
             await self.recorder.close()
             if graceful and self.elector is not None and self.elector.release_on_cancel:
                 await self.elector.release()
-            for t in self._early_tasks:  # the webhook server answers until the rest has stopped
+            for t in self._tasks[EARLY]:  # the webhook server answers until the rest has stopped
                 t.cancel()
-            await asyncio.gather(*self._early_tasks, return_exceptions=True)
+            await asyncio.gather(*self._tasks[EARLY], return_exceptions=True)
             await self._stop_http()
 
         try:

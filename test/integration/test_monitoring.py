@@ -319,7 +319,7 @@ async def test_failing_or_broken_exporter_skips_ticks_and_keeps_running(
         lambda: "ResourceUnderutilization" in conditions(status_of(admin, "KaiwoJob", namespace, "w")),
         what="the monitor recovers once the exporter answers properly",
     )
-    assert not any(t.done() for t in mgr._tasks), "the runnable is still alive"
+    assert not any(t.done() for t in mgr._tasks[LEADER]), "the runnable is still alive"
 
 
 async def test_build_operator_registers_the_monitor_only_when_enabled(control_plane, monkeypatch):

@@ -87,17 +87,21 @@ async def _engines_main(n: int) -> None:
 async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: list[str], fair: bool = False) -> None:
     from prometheus_client import CollectorRegistry
 
+    from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
     from kaiwo_ctrl.serving.routing import score
 
-    for kv in tune:  # --tune: a scorer constant set for this run (exploring weights side by side)
+    fair_sets: dict[str, object] = {}
+    for kv in tune:  # --tune: a scorer constant (or, "fair.<field>", a fair-queuing limit) set for this run
         k, _, v = kv.partition("=")
-        setattr(score, k, type(getattr(score, k))(float(v)))
+        if k.startswith("fair."):
+            fair_sets[k[5:]] = type(getattr(FairLimits(), k[5:]))(float(v))
+        else:
+            setattr(score, k, type(getattr(score, k))(float(v)))
 
     from kaiwo_ctrl.kinds import MODELS
     from kaiwo_ctrl.runtime.cache.informer import Informer
     from kaiwo_ctrl.serving.routing.endpoints import EndpointTracker
     from kaiwo_ctrl.serving.proxy.handler import ProxyHandler
-    from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
     from kaiwo_ctrl.serving.routing.metrics import ProxyMetrics
     from kaiwo_ctrl.serving.routing.resolve import Resolver
     from kaiwo_ctrl.serving.routing.scrape import EngineScraper, ScrapeConfig
@@ -116,7 +120,7 @@ async def _proxy_main(port: int, strategy: str, scrape: float, n: int, tune: lis
     scraper = EngineScraper(tracker, registry, ScrapeConfig(interval=scrape)) if scrape > 0 else None
     # the open proxy (--proxy-auth none): the routing is measured, not callers (bench/RESULTS.md)
     # --fair: fair queuing per tenant (the client address, as with --proxy-auth none), the flags' defaults
-    limits = ProxyLimits(fair=FairLimits(enabled=fair))
+    limits = ProxyLimits(fair=FairLimits(enabled=fair, **fair_sets))
     server = ProxyServer(ProxyHandler(Resolver(models), tracker, ProxyMetrics(registry), None, limits=limits), ("127.0.0.1", port))
     background = [asyncio.create_task(scraper.run())] if scraper is not None else []
     task = asyncio.create_task(server.run())
@@ -500,6 +504,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fair", action="store_true", help=argparse.SUPPRESS)  # proxy role: fair queuing on
     p.add_argument("--tenants", action="store_true", help="issue 41: tenant B steady, tenant A flooding (bench/serving_tenants.py)")
     p.add_argument("--b-users", type=int, default=16, help="with --tenants: tenant B's users (think --think s between turns)")
+    p.add_argument("--fair-tune", type=lambda spec: [tuple(v.partition(":")[::2]) for v in spec.split(";") if v], default=[],
+                   help="with --tenants: extra fair rows with limits set: 'NAME:reserve=0,prefill_yield=0;NAME2:reserve=4'")
     p.add_argument("--a-users", type=int, default=96, help="with --tenants: tenant A's flooding users (no think time)")
     args = p.parse_args(argv)
     if args.quick:

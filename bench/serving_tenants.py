@@ -26,7 +26,7 @@ from procstat import cpu_seconds
 from bench_serving import ENGINE_PORT, ChatStream, HOSTS, PROXY_PORT, STRATEGIES, SYSTEM, _reset, _spawn, _traces, _words, conversation, pct
 
 A, B = "127.0.0.2", "127.0.0.3"
-ROWS = [(*s, False) for s in STRATEGIES] + [("PrefixHash+engine+fair", "PrefixHash", 1.0, True)]
+ROWS = [(*s, False, "") for s in STRATEGIES] + [("PrefixHash+engine+fair", "PrefixHash", 1.0, True, "")]
 
 
 class Tenant:
@@ -89,7 +89,8 @@ async def tenant_load(address: str, urls: list[str], users: int, think: float, a
     return out
 
 
-async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fair: bool, replicas: int, flood: bool) -> dict:
+async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fair: bool, replicas: int, flood: bool,
+              sets: str = "") -> dict:
     await _reset(args.engines)
     procs = []
     if strategy is None:
@@ -98,7 +99,8 @@ async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fai
         urls = []
         for i in range(replicas):
             procs.append(_spawn("proxy", f"--port={PROXY_PORT + i}", f"--strategy={strategy}", f"--engines={args.engines}",
-                                f"--scrape-interval={scrape and args.scrape_interval}", *(["--fair"] if fair else [])))
+                                f"--scrape-interval={scrape and args.scrape_interval}", *(["--fair"] if fair else []),
+                                *(f"--set=fair.{kv}" for kv in sets.split(",") if kv)))
             urls.append(f"http://127.0.0.1:{PROXY_PORT + i}/openai/v1/chat/completions")
         await asyncio.sleep(max(1.0, 2 * args.scrape_interval) if scrape else 0.2)
     mark = (await _traces(args.engines))[0] + args.warmup
@@ -138,13 +140,14 @@ async def tenants_main(args: argparse.Namespace) -> None:
         print(f"{'proxies':>7} {'strategy':<24} {'B p50 alone':>11} {'B p99 alone':>11} {'B p50 flood':>11} {'B p99 flood':>11} "
               f"{'p99 x':>6} {'B tok/s':>8} {'A tok/s':>8} {'total':>8} {'A 429s':>7} {'errors':>6}", flush=True)
         for replicas in args.replicas:
-            for name, strategy, scrape, fair in ROWS:
-                if args.strategies and name not in args.strategies:
+            tuned = [(f"PH+engine+fair[{n}]", "PrefixHash", 1.0, True, sets) for n, sets in args.fair_tune]
+            for name, strategy, scrape, fair, sets in ROWS + tuned:
+                if args.strategies and name not in args.strategies and not sets:
                     continue
                 if strategy is None and replicas != args.replicas[0]:
                     continue
-                alone = await one(args, strategy, scrape, fair, replicas, False)
-                flood = await one(args, strategy, scrape, fair, replicas, True)
+                alone = await one(args, strategy, scrape, fair, replicas, False, sets)
+                flood = await one(args, strategy, scrape, fair, replicas, True, sets)
                 print(f"{replicas:>7} {name:<24} {alone['p50']:>11.3f} {alone['p99']:>11.3f} {flood['p50']:>11.3f} "
                       f"{flood['p99']:>11.3f} {flood['p99'] / alone['p99']:>6.2f} {flood['b_tps']:>8.0f} {flood['a_tps']:>8.0f} "
                       f"{flood['b_tps'] + flood['a_tps']:>8.0f} {flood['a_429']:>7} {alone['errors'] + flood['errors']:>6}", flush=True)

@@ -59,6 +59,10 @@ def _count(text: str) -> int:
     return n
 
 
+def _count_or_zero(text: str) -> int:
+    return 0 if text.strip() == "0" else _count(text)
+
+
 def _positive_seconds(text: str) -> float:
     s = _seconds(text)
     if s <= 0:
@@ -158,6 +162,14 @@ def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
                    help="an engine that reports metrics has room while this replica has fewer requests there without a "
                         "first token (default 1), and it reported room (none waiting, KV cache at most 90%%) or "
                         "more of this replica's requests there finished since its report than were sent")
+    p.add_argument("--proxy-fair-reserve", type=_count_or_zero,
+                   default=_from_env("PROXY_FAIR_RESERVE", _count_or_zero, _LIMITS.fair.reserve),
+                   help="while another tenant is active on a Model, a tenant holding more than its weighted share of "
+                        "this replica's requests there leaves this many requests of room free on every engine, for "
+                        "the others' next requests (default %(default)s; 0: none)")
+    p.add_argument("--proxy-fair-prefill-yield", choices=("on", "off"), default=env("PROXY_FAIR_PREFILL_YIELD", "on"),
+                   help="while another tenant is active, a tenant over its share sends no new request to an engine "
+                        "where a tenant under its share has one without a first token (default on)")
     p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),
                    help="an engine without metrics has room while this replica has fewer requests in flight there "
                         "(default 0: no cap, such engines never saturate)")
@@ -207,7 +219,8 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         min_body_rate=args.proxy_min_body_rate, body_memory_per_client=args.proxy_body_memory_per_client,
         fair=FairLimits(enabled=args.proxy_fair_queuing == "on", max_queue=args.proxy_fair_queue_length,
                         max_wait=args.proxy_fair_queue_wait, max_pending=args.proxy_fair_max_pending,
-                        in_flight_cap=max(0, args.proxy_fair_in_flight_cap), event_interval=args.proxy_fair_event_interval),
+                        in_flight_cap=max(0, args.proxy_fair_in_flight_cap), event_interval=args.proxy_fair_event_interval,
+                        reserve=args.proxy_fair_reserve, prefill_yield=args.proxy_fair_prefill_yield == "on"),
     )
 
 

@@ -45,6 +45,12 @@ class FairLimits:
     max_tenants: int = 256
     #: of an engine that reports, this replica's requests there without a first token at most (else it has no room)
     max_pending: int = 1
+    #: while another tenant is active on the Model, room a tenant over its share leaves free on every engine, in
+    #: requests (0: none; .fairshare)
+    reserve: int = 4
+    #: while another tenant is active, a tenant over its share sends no new request to an engine where a tenant
+    #: under its share has one without a first token (.fairshare)
+    prefill_yield: bool = True
     #: of an engine that does not report, this replica's requests in flight there at most (0: no cap, never queue)
     in_flight_cap: int = 0
     #: seconds between two saturation Events (Saturated, SaturationCleared) of one Model from one replica, at least

@@ -9,7 +9,9 @@ the other tenant): the address the server recorded, not anything the request say
 * the saturated Model, and only it, receives a ``Saturated`` Event and then a ``SaturationCleared`` one;
 * weights: a namespace annotated ``kaiwo.silogen.ai/serving-weight: "3"`` is released three times for the
   other's once (callers known by real ServiceAccount tokens, ``--proxy-auth kubernetes``);
-* two proxy replicas in front of the same engine: the fair share holds on both.
+* two proxy replicas in front of the same engine: the fair share holds on both;
+* a tenant over its share leaves room on the engine: the quiet tenant's next request reaches the engine at once
+  while the flood's wait (``--proxy-fair-reserve``, ``--proxy-fair-prefill-yield``).
 """
 
 from __future__ import annotations
@@ -244,3 +246,45 @@ async def test_two_replicas_each_release_the_other_tenant_first(control_plane, a
     finally:
         await stop_proxy(p1)
         await stop_proxy(p2)
+
+
+async def test_a_tenant_over_its_share_leaves_room_for_the_other(control_plane, admin, namespace, backends):
+    """An engine without metrics and at most 4 in flight there (--proxy-fair-in-flight-cap 4). Once B is active, A
+    (the flood) stops at its share and leaves room, so B's next request is not queued behind A's but reaches the
+    engine while A's wait: with a reserve of 2, and (no reserve) by yielding to B's request without an answer
+    yet. With neither, the same load fills the cap and B waits."""
+    for reserve, prefill_yield, b1_at_once in ((2, False, True), (0, True, True), (0, False, False)):
+        limits = ProxyLimits(fair=FairLimits(enabled=True, max_queue=8, max_wait=20.0, in_flight_cap=4, reserve=reserve,
+                                             prefill_yield=prefill_yield, event_interval=0.5))
+        p = await start_proxy(control_plane, limits=limits)
+        try:
+            model = f"sq{reserve}{int(prefill_yield)}"
+            create_model(admin, namespace, model, autoscalingDisabled=True)
+            engine = await backends(model)
+            server_pod(admin, namespace, model, engine)
+            await p.wait_endpoints(namespace, model, 1)
+            gate, key = p.server.handler.fair, (namespace, model)
+            engine.hold.clear()
+            async with client(A) as a, client(B) as b:
+                tasks = [asyncio.create_task(post_from(b, p, model, "b0"))]
+                await eventually(lambda: engine.held == 1, what="b0 at the engine")
+                for i in range(4):  # A floods: 2 reach the engine (A then holds 2 of 3: over its half), or 3 (the cap)
+                    tasks.append(asyncio.create_task(post_from(a, p, model, f"a{i}")))
+                sent = 2 if b1_at_once else 3
+                await eventually(lambda: engine.held == 1 + sent and gate.waiting(key, A) == 4 - sent,
+                                 what=f"{sent} of A's at the engine, the rest waiting")
+                tasks.append(asyncio.create_task(post_from(b, p, model, "b1")))
+                if b1_at_once:
+                    await eventually(lambda: engine.held == 4, what="b1 at the engine while A's wait")
+                    assert gate.waiting(key, A) == 2 and gate.waiting(key, B) == 0
+                else:
+                    await eventually(lambda: gate.waiting(key, B) == 1, what="b1 waits: the flood filled the cap")
+                    assert engine.held == 4 and gate.waiting(key, A) == 1
+                engine.hold.set()
+                results = await asyncio.gather(*tasks)
+            assert [r[0] for r in results] == [200] * 6
+            received = [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+            # without a fence: after A's last, which queued first
+            assert received.index("b1") == (3 if b1_at_once else 5), received
+        finally:
+            await stop_proxy(p)

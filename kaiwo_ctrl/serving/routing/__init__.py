@@ -3,8 +3,8 @@
 
 * :mod:`.resolve` - requested model name -> Model (+ adapter), label selectors;
 * :mod:`.router` - the one entry for the pick: ``Router.acquire`` -> ``Lease``;
-* :mod:`.fairgate`, :mod:`.fairqueue`, :mod:`.saturation` - fair queuing per tenant
-  while a Model is saturated; :mod:`.weights` - a tenant's weight from its Namespace;
+* :mod:`.fairgate`, :mod:`.fairqueue`, :mod:`.saturation`, :mod:`.fairshare` - fair queuing per tenant
+  while a Model is saturated, and the room a tenant over its share leaves to the others; :mod:`.weights` - a tenant's weight from its Namespace;
   :mod:`.fairevents` - the Saturated / SaturationCleared Events on the Model;
 * :mod:`.endpoints` - Ready Pods -> endpoint groups, in-flight counts, waiting;
 * :mod:`.balance` - LeastLoad and PrefixHash; :mod:`.score` - how loaded an endpoint

@@ -36,6 +36,7 @@ from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.podcontract import ADAPTER_LABEL_PREFIX, POD_SELECTOR
 from kaiwo_ctrl.serving.podcontract import ANNOTATION_PORT as PORT_ANNOTATION
 from kaiwo_ctrl.serving.podcontract import LABEL_MODEL as MODEL_LABEL
+from kaiwo_ctrl.serving.routing.fairshare import TenantLoad
 from kaiwo_ctrl.serving.routing.balance import Choice, Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.routing.score import admitting, endpoint_load, fresh, home_acceptable, home_load
 
@@ -85,6 +86,7 @@ class Group:
         #: PrefixHash key hash -> (the endpoint its last request from here went to, that request's body size);
         #: LRU, RECENT_KEYS at most
         self.recent: OrderedDict[int, tuple[str, int]] = OrderedDict()
+        self.tenants = TenantLoad()  # with fair queuing: this replica's requests in flight per tenant (.fairshare)
         self._changed = asyncio.Event()
 
     def upsert(self, ep: Endpoint) -> None:

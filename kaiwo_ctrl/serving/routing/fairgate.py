@@ -7,7 +7,10 @@ Model releases the queues in fair order among the tenants the Model has room
 for, one request at a time, each as soon as there is room (checked every ``POLL`` seconds and at each
 endpoint change while anything waits; the released request takes its
 endpoint before the next release is considered, so a release is counted by
-the next check). The pump ends when the queues are empty.
+the next check). The pump ends when the queues are empty. While another
+tenant is active, a tenant over its share of the Model's requests in flight
+finds less room (:mod:`.fairshare`): it leaves ``--proxy-fair-reserve``
+requests free on every engine and yields the prefill to the others.
 
 The tenant is the caller's reviewed namespace (:func:`tenant_of`); with
 ``--proxy-auth none`` it is the client's address (on the Gateway listener,
@@ -28,7 +31,8 @@ from typing import Any, TypeVar
 
 from kaiwo_ctrl.serving.routing.endpoints import Group
 from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
-from kaiwo_ctrl.serving.routing.fairqueue import FairQueue, QueueFull
+from kaiwo_ctrl.serving.routing.fairqueue import FairQueue, QueueFull, clamp_weight
+from kaiwo_ctrl.serving.routing.fairshare import NO_SHARE
 from kaiwo_ctrl.serving.limits import FairLimits
 from kaiwo_ctrl.serving.routing.resolve import ProxyError
 from kaiwo_ctrl.serving.routing.saturation import without_room
@@ -65,10 +69,18 @@ class FairGate:
         q = self._queues.get(key)
         return q.waiting(tenant) if q else 0
 
+    def _weight(self, tenant: str) -> int:
+        return clamp_weight(self.weight(tenant)) if self.weight is not None else 1
+
     def _without_room(self, group: Group, tenant: str) -> frozenset[str] | None:
-        """None while the Model has no room for ``tenant``'s request, else its endpoints with none (:mod:`.saturation`)."""
-        lim = self.limits
-        return without_room(group.endpoints.values(), time.monotonic(), lim.max_pending, lim.in_flight_cap, tenant)
+        """None while the Model has no room for ``tenant``'s request, else its endpoints with none (:mod:`.saturation`;
+        a tenant over its share leaves room to the others: :mod:`.fairshare`)."""
+        lim, now = self.limits, time.monotonic()
+        share = NO_SHARE
+        if lim.reserve > 0 or lim.prefill_yield:
+            group.tenants.touch(tenant, now, self._weight)
+            share = group.tenants.share(tenant, now, lim.reserve, lim.prefill_yield)
+        return without_room(group.endpoints.values(), now, lim.max_pending, lim.in_flight_cap, tenant, share)
 
     def _label(self, key: tuple[str, str], tenant: str) -> str:
         seen = self._labels.setdefault(key, set())

@@ -64,6 +64,7 @@ class Lease:
         self._pending = self._held = True
         if tenant is not None:
             endpoint.pending_by[tenant] = endpoint.pending_by.get(tenant, 0) + 1
+            group.tenants.started(tenant)
 
     @property
     def address(self) -> str:
@@ -91,6 +92,8 @@ class Lease:
         if self._held:
             self._held = False
             self._group.release(self.endpoint)
+            if self.tenant is not None:
+                self._group.tenants.ended(self.tenant, time.monotonic())
 
 
 class Router:

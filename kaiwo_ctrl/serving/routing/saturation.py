@@ -29,6 +29,10 @@ come, first served, behind every tenant's, and fair order is lost.
   this replica's requests in flight there are under ``in_flight_cap`` (0: no
   cap, it always has room -- KubeAI's behaviour, nothing queues).
 
+* For a tenant over its share (:mod:`.fairshare`): each of the rules above
+  with ``reserve`` requests fewer, and no room on an engine where a tenant
+  under its share has a request without a first token.
+
 With several proxy replicas each replica counts only its own sends and
 finishes, and takes only its share of the engine's waiting requests -- its
 requests there at the report over the engine's running and waiting ones -- so
@@ -42,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from kaiwo_ctrl.serving.routing.fairshare import NO_SHARE, Share
 from kaiwo_ctrl.serving.routing.score import HOME_MAX_KV, Endpoint, EngineSample, admitting, fresh
 
 
@@ -64,7 +69,11 @@ def headroom(s: EngineSample, base: int) -> float:
     return share * s.running * max(0.0, HOME_MAX_KV - s.kv) / s.kv
 
 
-def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None) -> bool:
+def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None,
+             share: Share = NO_SHARE) -> bool:
+    if share.under is not None and any(share.under(t) for t in ep.pending_by):
+        return False  # a tenant under its share has a prompt in prefill here: the flood's next one waits
+    reserve = share.reserve
     if fresh(ep, now):
         s = ep.engine
         assert s is not None
@@ -72,13 +81,14 @@ def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int, ten
             return False
         sent = ep.in_flight - ep.in_flight_base  # sent since the report, less what finished
         if admitting(s):
-            return sent < max(max_pending, headroom(s, ep.in_flight_base))
-        return -sent > waiting_share(s, ep.in_flight_base)  # full: only what finished beyond our share of its queue
-    return in_flight_cap <= 0 or ep.in_flight < in_flight_cap
+            return sent + reserve < max(max_pending, headroom(s, ep.in_flight_base))
+        return -sent > waiting_share(s, ep.in_flight_base) + reserve  # full: only what finished beyond its queue
+    return in_flight_cap <= 0 or ep.in_flight + reserve < in_flight_cap
 
 
 def without_room(
     endpoints: Iterable[Endpoint], now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None,
+    share: Share = NO_SHARE,
 ) -> frozenset[str] | None:
     """None when the Model is saturated (at least one endpoint, none with room); else the keys of the endpoints
     with no room (empty when all have), which the pick of a request passes over. With ``tenant``, the requests
@@ -87,7 +97,7 @@ def without_room(
     full: list[str] = []
     for ep in endpoints:
         seen = True
-        if has_room(ep, now, max_pending, in_flight_cap, tenant):
+        if has_room(ep, now, max_pending, in_flight_cap, tenant, share):
             room = True
         else:
             full.append(ep.key)

@@ -202,8 +202,13 @@ def test_fair_flags() -> None:
     assert proxy_limits(p.parse_args([])).fair == FairLimits()
     lim = proxy_limits(p.parse_args(["--proxy-fair-queuing", "on", "--proxy-fair-queue-length", "5", "--proxy-fair-queue-wait", "2s",
                                      "--proxy-fair-max-pending", "3", "--proxy-fair-in-flight-cap", "7",
-                                     "--proxy-fair-event-interval", "30s"])).fair
-    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7, event_interval=30.0)
+                                     "--proxy-fair-event-interval", "30s", "--proxy-fair-reserve", "0",
+                                     "--proxy-fair-prefill-yield", "off"])).fair
+    assert lim == FairLimits(enabled=True, max_queue=5, max_wait=2.0, max_pending=3, in_flight_cap=7, event_interval=30.0,
+                             reserve=0, prefill_yield=False)
+    assert proxy_limits(p.parse_args(["--proxy-fair-reserve", "6"])).fair.reserve == 6
+    with pytest.raises(argparse.ArgumentError):
+        p.parse_args(["--proxy-fair-reserve", "-1"])
 
 
 def test_room_counts_the_tenants_own_requests_without_a_first_token() -> None:

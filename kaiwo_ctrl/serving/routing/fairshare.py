@@ -1,0 +1,124 @@
+"""Who holds more than its share of a saturated Model, and what that tenant leaves to the others (issue #41).
+
+Pure code: the caller passes monotonic ``now``.
+
+Releasing in fair order is not enough on its own: once the flooding tenant's
+released requests have taken every slot an engine frees, a quiet tenant's
+request finds the Model full and waits in the proxy for the next slot to
+free, then shares the engine's steps with the flood's prefills. So, while two
+or more tenants are active on a Model (on this replica), a tenant that holds
+more than its weighted share of this replica's requests in flight there is
+*over its share*, and on every engine it
+
+* leaves ``reserve`` requests of room free: it takes what an engine frees
+  only beyond that many, so a tenant under its share finds room at once
+  instead of waiting for the next request to finish; and
+* yields the prefill: it gets no room on an engine where a tenant under its
+  share has a request without a first token (prefilling, or about to), so
+  that prompt does not share the engine's chunked-prefill steps with a new
+  prompt of the flood's.
+
+A tenant alone on the Model is never over its share (work-conserving: it gets
+the whole Model). A tenant is *active* while it has requests in flight or
+waiting here, and for ``ACTIVE_FOR`` seconds after its last one ended: a
+steady tenant's think time between two turns does not hand its reserve back
+to the flood. The bookkeeping is O(1) per request: running totals of the
+requests in flight and of the active tenants' weights (a tenant's weight is
+read when it becomes active and kept while it stays active), idle tenants
+forgotten oldest first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ACTIVE_FOR = 10.0  # seconds a tenant counts as active after its last request here ended
+MAX_IDLE = 4096  # idle tenants remembered per Model at most; past it the oldest are forgotten
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one tenant's request leaves on every engine: ``reserve`` requests of room, and (``under`` set) the
+    engines where a tenant for which ``under`` is true has a request without a first token."""
+
+    reserve: int = 0
+    under: Callable[[str], bool] | None = None
+
+
+NO_SHARE = Share()
+
+
+class TenantLoad:
+    """One Model's requests in flight on this replica, per tenant, and its active tenants' weights."""
+
+    __slots__ = ("in_flight", "idle_since", "weights", "total", "wsum")
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, int] = {}
+        self.idle_since: OrderedDict[str, float] = OrderedDict()  # active tenants with nothing in flight, oldest first
+        self.weights: dict[str, int] = {}  # every active tenant's weight, as read when it became active
+        self.total = 0  # sum of in_flight
+        self.wsum = 0  # sum of weights
+
+    def _activate(self, tenant: str, weight: int) -> None:
+        if tenant not in self.weights:
+            self.weights[tenant] = weight
+            self.wsum += weight
+
+    def touch(self, tenant: str, now: float, weight: Callable[[str], int] | None = None) -> None:
+        """``tenant`` asks for the Model (a request arrives, or waits): it is active from now (``weight`` is read
+        only when it becomes active)."""
+        if tenant not in self.weights:
+            self._activate(tenant, weight(tenant) if weight is not None else 1)
+        if tenant not in self.in_flight:
+            self.idle_since[tenant] = now
+            self.idle_since.move_to_end(tenant)
+            self._bound()
+
+    def started(self, tenant: str) -> None:
+        self._activate(tenant, 1)  # touched first in the gate; 1 only for a tenant that never was
+        self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+        self.total += 1
+        self.idle_since.pop(tenant, None)
+
+    def ended(self, tenant: str, now: float) -> None:
+        n = self.in_flight.get(tenant, 0)
+        if n <= 0:
+            return
+        self.total -= 1
+        if n > 1:
+            self.in_flight[tenant] = n - 1
+            return
+        del self.in_flight[tenant]
+        self.idle_since[tenant] = now
+        self.idle_since.move_to_end(tenant)
+        self._bound()
+
+    def _forget(self, tenant: str) -> None:
+        self.wsum -= self.weights.pop(tenant, 0)
+
+    def _bound(self) -> None:
+        while len(self.idle_since) > MAX_IDLE:
+            self._forget(self.idle_since.popitem(last=False)[0])
+
+    def expire(self, now: float) -> None:
+        """Forget the tenants idle for longer than ``ACTIVE_FOR`` (oldest first: stops at the first still active)."""
+        while self.idle_since:
+            tenant, since = next(iter(self.idle_since.items()))
+            if now - since <= ACTIVE_FOR:
+                return
+            del self.idle_since[tenant]
+            self._forget(tenant)
+
+    def over(self, tenant: str) -> bool:
+        """More than its weighted share of the requests in flight: in_flight / total > weight / sum of weights."""
+        return self.in_flight.get(tenant, 0) * self.wsum > self.weights.get(tenant, 1) * self.total
+
+    def share(self, tenant: str, now: float, reserve: int, prefill_yield: bool = True) -> Share:
+        """What ``tenant``'s next request leaves to the others (:data:`NO_SHARE` unless it is over its share)."""
+        self.expire(now)
+        if len(self.weights) < 2 or not self.over(tenant):
+            return NO_SHARE
+        return Share(reserve, (lambda t: t != tenant and t in self.weights and not self.over(t)) if prefill_yield else None)

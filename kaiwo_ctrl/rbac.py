@@ -320,6 +320,8 @@ PROXY_CLUSTER_RULES: tuple[Rule, ...] = (
     Rule("", "namespaces", ("list", "watch"), "runtime/api/resources.py namespace_exists: aim/fence.py checks the operator namespace before "
          "creating the route key; aim/fence.py RouteFence: Namespace informer (route tokens bind each namespace's UID); "
          "serving/routing/weights.py: the same informer (trimmed: settings/namespaces.py), a namespace's fair-queue weight"),
+    Rule(KAIWO, "kaiwoqueueconfigs", ("list", "watch"), "serving/routing/weights.py: a namespace's fair-queue weight from its "
+         "ClusterQueue's fairSharing.weight in the KaiwoQueueConfig (with --proxy-fair-queuing on)"),
     Rule("", "events", ("create", "patch"), "serving/routing/fairevents.py: Saturated / SaturationCleared Events on a Model, in its "
          "namespace (runtime/observe/events.py EventRecorder: create, patch count/lastTimestamp of a repeat)"),
     Rule("authentication.k8s.io", "tokenreviews", ("create",), "runtime/observe/metricsauth.py: who is scraping /metrics (--metrics-secure)"),

@@ -9,6 +9,8 @@ the other tenant): the address the server recorded, not anything the request say
 * the saturated Model, and only it, receives a ``Saturated`` Event and then a ``SaturationCleared`` one;
 * weights: a namespace annotated ``kaiwo.silogen.ai/serving-weight: "3"`` is released three times for the
   other's once (callers known by real ServiceAccount tokens, ``--proxy-auth kubernetes``);
+* a namespace listed under a ClusterQueue of the KaiwoQueueConfig weighs that queue's Kueue fair-sharing weight, read
+  from the real API server; its Namespace annotation, once set, wins;
 * two proxy replicas in front of the same engine: the fair share holds on both;
 * a tenant over its share leaves room on the engine: the quiet tenant's next request reaches the engine at once
   while the flood's wait (``--proxy-fair-reserve``, ``--proxy-fair-prefill-yield``).
@@ -288,3 +290,39 @@ async def test_a_tenant_over_its_share_leaves_room_for_the_other(control_plane, 
             assert received.index("b1") == (3 if b1_at_once else 5), received
         finally:
             await stop_proxy(p)
+
+
+QC_URL = "/apis/kaiwo.silogen.ai/v1alpha1/kaiwoqueueconfigs"
+
+
+async def test_a_namespace_weighs_its_clusterqueues_fair_sharing_weight(control_plane, admin, namespace):
+    team = f"team-{uuid.uuid4().hex[:6]}"
+    assert admin.post("/api/v1/namespaces", json={"metadata": {"name": team}}).status_code == 201
+    before = admin.get(f"{QC_URL}/kaiwo")
+    queue = {"name": f"serving-{team}", "namespaces": [team], "spec": {"fairSharing": {"weight": "4"}}}
+    if before.status_code == 404:
+        r = admin.post(QC_URL, json={"apiVersion": "kaiwo.silogen.ai/v1alpha1", "kind": "KaiwoQueueConfig",
+                                     "metadata": {"name": "kaiwo"}, "spec": {"clusterQueues": [queue]}})
+    else:
+        cur = before.json()
+        cur["spec"]["clusterQueues"] = [*(cur["spec"].get("clusterQueues") or []), queue]
+        r = admin.put(f"{QC_URL}/kaiwo", json=cur)
+    assert r.status_code in (200, 201), r.text
+    p = await start_proxy(control_plane, limits=LIMITS)
+    try:
+        weight = p.server.handler.fair.weight
+        await eventually(lambda: weight(team) == 4, what="the ClusterQueue's weight read")
+        assert weight(namespace) == 1, "a namespace under no weighted queue weighs 1"
+        patch = {"metadata": {"annotations": {SERVING_WEIGHT_ANNOTATION: "2"}}}
+        assert admin.patch(f"/api/v1/namespaces/{team}", json=patch,
+                           headers={"Content-Type": "application/merge-patch+json"}).status_code == 200
+        await eventually(lambda: weight(team) == 2, what="the Namespace's annotation wins")
+    finally:
+        await stop_proxy(p)
+        if before.status_code == 404:
+            admin.delete(f"{QC_URL}/kaiwo")
+        else:
+            cur = admin.get(f"{QC_URL}/kaiwo").json()
+            cur["spec"] = before.json()["spec"]
+            admin.put(f"{QC_URL}/kaiwo", json=cur)
+        admin.delete(f"/api/v1/namespaces/{team}")

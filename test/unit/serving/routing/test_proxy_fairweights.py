@@ -1,5 +1,6 @@
-"""Fair queuing (issue #41): a namespace's weight from its annotation, the trimmed Namespace that carries it, and
-the saturation Events on the Model (one per transition, at most one per interval)."""
+"""Fair queuing (issue #41): a namespace's weight from its annotation or its ClusterQueue's fair-sharing weight in the
+KaiwoQueueConfig, the trimmed Namespace that carries it, and the saturation Events on the Model (one per transition,
+at most one per interval)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from kaiwo_ctrl.serving.routing.fairevents import SaturationEvents
 from kaiwo_ctrl.serving.routing.fairqueue import MAX_WEIGHT, FairQueue
-from kaiwo_ctrl.serving.routing.weights import NamespaceWeights, parse_weight
+from kaiwo_ctrl.serving.routing.weights import MAX_QUEUE_NAMESPACES, NamespaceWeights, parse_weight, queue_weight, queue_weights
 from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION, trim_namespace
 from kaiwo_ctrl.settings.priority import ANNOTATION as PRIORITY_ANNOTATION
 
@@ -111,3 +112,56 @@ async def test_saturation_events_one_per_transition_and_rate_limited() -> None:
     ev.changed(("ns", "gone"), True)  # a Model that is gone gets nothing (and nothing fails)
     assert rec.events[4:] == []
     ev.close()
+
+
+class Configs:
+    def __init__(self, config: dict | None) -> None:
+        self.config = config
+        self.reads = 0
+
+    def get(self, name: str) -> dict | None:
+        self.reads += 1
+        return self.config if name == "kaiwo" else None
+
+
+def queue_config(rv: str, *queues: tuple[object, object]) -> dict:
+    return {"metadata": {"name": "kaiwo", "resourceVersion": rv},
+            "spec": {"clusterQueues": [{"name": f"q{i}", "namespaces": ns, "spec": {"fairSharing": {"weight": w}} if w is not None else {}}
+                                       for i, (ns, w) in enumerate(queues)]}}
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("3", 3), (3, 3), ("1.5", 2), ("2.4", 2), ("500m", 1), ("0", 1), (-2, 1), ("250", MAX_WEIGHT), ("1e9", MAX_WEIGHT),
+    ("lots", None), (None, None), (True, None), ([3], None),
+])
+def test_queue_weight_from_a_kueue_fair_sharing_weight(raw: object, expected: int | None) -> None:
+    assert queue_weight(raw) == expected
+
+
+def test_weights_from_the_kaiwoqueueconfig_unless_the_namespace_says_otherwise() -> None:
+    configs = Configs(queue_config("1", (["team-a", "team-b"], "3"), (["team-b", "team-c"], "5"), (["team-d"], None),
+                                   (["team-e"], "x")))
+    w = NamespaceWeights(Namespaces({"team-a": {}, "team-b": {}, "team-c": {SERVING_WEIGHT_ANNOTATION: "2"}, "team-d": {},
+                                     "team-e": {}, "team-f": {SERVING_WEIGHT_ANNOTATION: "bad"}}), configs)
+    # team-b is under both queues: the larger weight; team-c's annotation wins; no weight or a bad one: 1
+    assert {t: w(t) for t in ("team-a", "team-b", "team-c", "team-d", "team-e", "team-f", "elsewhere")} == {
+        "team-a": 3, "team-b": 5, "team-c": 2, "team-d": 1, "team-e": 1, "team-f": 1, "elsewhere": 1}
+    configs.config = queue_config("2", (["team-a"], "7"))  # a new version of the config is read again
+    assert w("team-a") == 7 and w("team-b") == 1
+    configs.config = None
+    assert w("team-a") == 1
+
+
+@pytest.mark.parametrize("config", [
+    {}, {"spec": None}, {"spec": {"clusterQueues": "all"}}, {"spec": {"clusterQueues": [None, 3, {"namespaces": "a"}]}},
+    {"spec": {"clusterQueues": [{"namespaces": ["a", 5, None], "spec": {"fairSharing": "heavy"}}]}},
+    {"spec": {"clusterQueues": [{"namespaces": ["a"], "spec": []}]}},
+])
+def test_queue_weights_skip_malformed_parts(config: dict) -> None:
+    assert queue_weights(config) == {}
+
+
+def test_queue_weights_read_a_bounded_number_of_namespaces() -> None:
+    names = [f"n{i}" for i in range(MAX_QUEUE_NAMESPACES + 5)]
+    got = queue_weights(queue_config("1", (names, "2")))
+    assert len(got) == MAX_QUEUE_NAMESPACES and "n0" in got

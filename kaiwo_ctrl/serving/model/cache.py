@@ -26,7 +26,8 @@ from kaiwo_ctrl.aim.credentials import pull_secrets
 from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.client import ApiError, Client
 from kaiwo_ctrl.runtime.observe.events import ComponentRecorder
-from kaiwo_ctrl.runtime.cache.informer import Informer
+from kaiwo_ctrl.runtime.cache.informer import Informer, strip_managed_fields
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 from kaiwo_ctrl.runtime.objects.ownership import controller_of, set_controller_reference
 from kaiwo_ctrl.runtime.api.resources import JOBS, PODS, PVCS
 
@@ -170,6 +171,7 @@ class CacheParts:
     jobs: Informer
     pvcs: Informer
     namespace_config: Callable[[str], Mapping[str, Any] | None]
+    expectations: Expectations
 
 
 def finalizers_with_eviction(model: Mapping[str, Any]) -> list[str] | None:
@@ -322,6 +324,9 @@ class CacheManager:
                 return None
             fins = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
             patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": fins or None}}
-            await self.rec.client.patch(MODELS, name, patch, ns)
+            out = strip_managed_fields(await self.rec.client.patch(MODELS, name, patch, ns))
+            # Read-your-writes: the Job cache may show the eviction Job deleted before the Model cache
+            # shows the release; a pass in between must not take the old finalizer for a new eviction.
+            self.rec.expectations.wrote((MODELS.kind, ns or "", name), meta["resourceVersion"], out)
         await self._delete_jobs(model)
         return None

@@ -121,7 +121,7 @@ class ModelReconciler:
         self.expectations = mgr.expectations
         self.models.add_handler(self.expectations.pruner(MODELS.kind))
         self.cache = cachelib.CacheManager(cachelib.CacheParts(
-            self.client, self.events, source, self.jobs, self.pvcs, self.namespace_config))
+            self.client, self.events, source, self.jobs, self.pvcs, self.namespace_config, self.expectations))
         self.adapters = AdapterSync(self.client, self.expectations, adapter_limits,
                                     on_done=lambda ns, name: self.controller.enqueue(Request(ns, name)))
         self.kueue = KueueAdmission(mgr)

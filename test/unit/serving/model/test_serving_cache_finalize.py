@@ -8,7 +8,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaiwo_ctrl.kinds import MODELS
 from kaiwo_ctrl.runtime.api.apitypes import ApiError
+from kaiwo_ctrl.runtime.control.expectations import Expectations
 from kaiwo_ctrl.serving.model.cache import FINALIZER, PVC_ANNOTATION_PREFIX, CacheManager, evict_job_name, pvc_name
 from kaiwo_ctrl.serving.model.config import parse_config
 
@@ -36,6 +38,8 @@ class Client:
         if errors:
             raise errors.pop(0)
         self.calls.append((verb, kind, name))
+        if (verb, kind) == ("patch", "Model"):  # the finalizer released: the answer holds no finalizer
+            return {**deleting_model(), "metadata": {**deleting_model()["metadata"], "resourceVersion": "2", "finalizers": None}}
         return {"metadata": {"name": name, "resourceVersion": "2"}}
 
     async def create(self, res: Any, body: dict) -> dict:
@@ -64,6 +68,7 @@ class Host:
     source: Source = field(default_factory=Source)
     jobs: Cache = field(default_factory=Cache)
     pvcs: Cache = field(default_factory=Cache)
+    expectations: Expectations = field(default_factory=Expectations)
 
     def namespace_config(self, ns: str) -> None:
         return None
@@ -153,3 +158,22 @@ def test_an_earlier_models_completed_job_is_not_taken_for_this_ones_eviction():
     apply_deletes(host)
     asyncio.run(cache.finalize(deleting_model(), []))
     assert host.client.calls[-1] == ("create", "Job", evict_job_name(NAME))
+
+
+def test_a_pass_on_the_stale_model_after_the_release_starts_no_second_eviction():
+    """The Job cache shows the eviction Job deleted before the Model cache shows the
+    finalizer released: the next pass, reading the Model through read-your-writes,
+    neither makes a new eviction Job nor patches the Model again."""
+    host = host_with_pvc()
+    host.jobs.items[evict_job_name(NAME)] = completed(UID)
+    cache = CacheManager(host)  # type: ignore[arg-type]
+    asyncio.run(cache.finalize(deleting_model(), []))
+    apply_deletes(host)
+    released = len(host.client.calls)
+    stale = deleting_model()  # the Model cache still holds the finalizer
+    asyncio.run(cache.finalize(host.expectations.view((MODELS.kind, NS, NAME), stale), []))
+    assert host.client.calls[released:] == [], host.client.calls
+    # without the record, the same stale pass would start a second eviction
+    fresh = host_with_pvc()
+    asyncio.run(CacheManager(fresh).finalize(stale, []))  # type: ignore[arg-type]
+    assert fresh.client.calls == [("create", "Job", evict_job_name(NAME))]

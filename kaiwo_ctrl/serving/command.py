@@ -167,9 +167,9 @@ def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
                    help="while another tenant is active on a Model, a tenant holding more than its weighted share of "
                         "this replica's requests there leaves this many requests of room free on every engine, for "
                         "the others' next requests (default %(default)s; 0: none)")
-    p.add_argument("--proxy-fair-prefill-yield", choices=("on", "off"), default=env("PROXY_FAIR_PREFILL_YIELD", "on"),
+    p.add_argument("--proxy-fair-prefill-yield", choices=("on", "off"), default=env("PROXY_FAIR_PREFILL_YIELD", "on" if _LIMITS.fair.prefill_yield else "off"),
                    help="while another tenant is active, a tenant over its share sends no new request to an engine "
-                        "where a tenant under its share has one without a first token (default on)")
+                        "where a tenant under its share has one without a first token (default %(default)s)")
     p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),
                    help="an engine without metrics has room while this replica has fewer requests in flight there "
                         "(default 0: no cap, such engines never saturate)")

@@ -70,7 +70,7 @@ class TenantLoad:
     def touch(self, tenant: str, now: float, weight: Callable[[str], int] | None = None) -> None:
         """``tenant`` asks for the Model (a request arrives, or waits): it is active from now (``weight`` is read
         only when it becomes active)."""
-        if tenant not in self.weights:  # the weight is read only here, when the tenant becomes active
+        if tenant not in self.weights:
             self._activate(tenant, weight(tenant) if weight is not None else 1)
         if tenant not in self.in_flight:
             self.idle_since[tenant] = now

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 
 import aiohttp
 import orjson
 import pytest
 
+from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring
 from proxy_support import backends, create_model, get_model, proxy, server_pod, set_pod_ready  # noqa: F401 - fixtures
 from support import eventually
 
@@ -41,9 +41,13 @@ async def test_prefix_hash_is_sticky_per_prefix_and_spreads_prefixes(proxy, admi
     create_model(admin, namespace, "ph", autoscalingDisabled=True,
                  loadBalancing={"strategy": "PrefixHash", "prefixHash": {"prefixCharLength": 12}})
     bs = [await backends(f"ph{i}") for i in range(3)]
-    for b in bs:
-        server_pod(admin, namespace, "ph", b)
+    server_of = {f"{namespace}/{server_pod(admin, namespace, 'ph', b)}": b.name for b in bs}
     await proxy.wait_endpoints(namespace, "ph", 3)
+    # the ring's homes, from the Pods' keys alone (names are random: how many prefixes each endpoint is home to varies)
+    ring = Ring(256)
+    for key in server_of:
+        ring.add(key)
+    eps = {key: Endpoint(key, "") for key in server_of}
     home: dict[str, str] = {}
     for rnd in range(3):
         for t in range(24):
@@ -53,8 +57,8 @@ async def test_prefix_hash_is_sticky_per_prefix_and_spreads_prefixes(proxy, admi
             server = orjson.loads(raw)["server"]
             assert code == 200
             assert home.setdefault(prompt[:12], server) == server, "same prefix, same endpoint"
-    spread = Counter(home.values())
-    assert len(spread) == 3 and max(spread.values()) <= 16, spread
+    assert home == {k: server_of[ring.choose(k, eps, 0, 125).endpoint.key] for k in home}, "each prefix at its ring home"
+    assert len(set(home.values())) >= 2, home
     assert proxy.metric("kaiwo_proxy_prefixhash_choices_total", outcome="home") == 72
 
 

@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -127,6 +128,10 @@ async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fai
               f"{pct([t[1] for t in trace], 99):.3f}s; B's TTFT p50/p99 {pct(b.ttft, 50):.3f}/{pct(b.ttft, 99):.3f}s; CPU "
               + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items()),
               file=sys.stderr, flush=True)
+        if args.trace_dir:
+            Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+            Path(args.trace_dir, f"tenants-{replicas}-{strategy}{'-fair' if fair else ''}-{'flood' if flood else 'alone'}.json").write_bytes(
+                orjson.dumps({"b_ttft": b.ttft, "trace": trace}))
     return {"p50": pct(b.ttft, 50), "p99": pct(b.ttft, 99), "b_tps": b.tokens / window, "a_tps": a.tokens / window,
             "a_429": a.rejected, "errors": a.errors + b.errors, "n": len(b.ttft)}
 

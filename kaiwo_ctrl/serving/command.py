@@ -170,6 +170,11 @@ def _add_fair_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proxy-fair-prefill-yield", choices=("on", "off"), default=env("PROXY_FAIR_PREFILL_YIELD", "on" if _LIMITS.fair.prefill_yield else "off"),
                    help="while another tenant is active, a tenant over its share sends no new request to an engine "
                         "where a tenant under its share has one without a first token (default %(default)s)")
+    p.add_argument("--proxy-fair-quiet-engines", choices=("on", "off"),
+                   default=env("PROXY_FAIR_QUIET_ENGINES", "on" if _LIMITS.fair.quiet_engines else "off"),
+                   help="while a tenant is over its share of a Model, the Model's first endpoints (as many as the "
+                        "others' share of the requests in flight, at least one, never all) take none of its requests, "
+                        "and the others send their new conversations there (default %(default)s)")
     p.add_argument("--proxy-fair-in-flight-cap", type=int, default=int(env("PROXY_FAIR_IN_FLIGHT_CAP", "0")),
                    help="an engine without metrics has room while this replica has fewer requests in flight there "
                         "(default 0: no cap, such engines never saturate)")
@@ -220,7 +225,8 @@ def proxy_limits(args: argparse.Namespace) -> ProxyLimits:
         fair=FairLimits(enabled=args.proxy_fair_queuing == "on", max_queue=args.proxy_fair_queue_length,
                         max_wait=args.proxy_fair_queue_wait, max_pending=args.proxy_fair_max_pending,
                         in_flight_cap=max(0, args.proxy_fair_in_flight_cap), event_interval=args.proxy_fair_event_interval,
-                        reserve=args.proxy_fair_reserve, prefill_yield=args.proxy_fair_prefill_yield == "on"),
+                        reserve=args.proxy_fair_reserve, prefill_yield=args.proxy_fair_prefill_yield == "on",
+                        quiet_engines=args.proxy_fair_quiet_engines == "on"),
     )
 
 

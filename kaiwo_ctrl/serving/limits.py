@@ -51,6 +51,9 @@ class FairLimits:
     #: while another tenant is active, a tenant over its share sends no new request to an engine where a tenant
     #: under its share has one without a first token (.fairshare)
     prefill_yield: bool = True
+    #: while a tenant is over its share, the Model's first endpoints (as many as the others' share of the requests in
+    #: flight, at least one, never all) take none of its requests and the others' new conversations (.fairshare)
+    quiet_engines: bool = True
     #: of an engine that does not report, this replica's requests in flight there at most (0: no cap, never queue)
     in_flight_cap: int = 0
     #: seconds between two saturation Events (Saturated, SaturationCleared) of one Model from one replica, at least

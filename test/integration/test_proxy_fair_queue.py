@@ -13,7 +13,9 @@ the other tenant): the address the server recorded, not anything the request say
   from the real API server; its Namespace annotation, once set, wins;
 * two proxy replicas in front of the same engine: the fair share holds on both;
 * a tenant over its share leaves room on the engine: the quiet tenant's next request reaches the engine at once
-  while the flood's wait (``--proxy-fair-reserve``, ``--proxy-fair-prefill-yield``).
+  while the flood's wait (``--proxy-fair-reserve``, ``--proxy-fair-prefill-yield``);
+* quiet engines (``--proxy-fair-quiet-engines``): once a tenant is over its share, the first engine by key takes
+  none of its requests, and the other tenant's new conversation goes there though its ring home is the other.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import orjson
 import pytest
 
 from kaiwo_ctrl.serving.proxy.auth import AuthConfig
+from kaiwo_ctrl.serving.routing.balance import Endpoint, Ring
 from kaiwo_ctrl.serving.limits import FairLimits, ProxyLimits
 from kaiwo_ctrl.settings.namespaces import SERVING_WEIGHT_ANNOTATION
 from proxy_support import backends, create_model, server_pod, start_proxy, stop_proxy  # noqa: F401 - fixtures
@@ -122,6 +125,53 @@ async def test_the_flooding_tenant_waits_and_the_other_is_released_first(fair_pr
     assert {(k, n, u) for k, n, u, _ in model_events(admin, namespace)} == {("Model", "fq", uid)}
     for e in admin.get(f"/api/v1/namespaces/{namespace}/events").json()["items"]:
         assert A not in e["message"] and B not in e["message"]
+
+
+async def test_a_quiet_engine_takes_none_of_the_flood_and_the_other_tenants_new_conversation(
+        fair_proxy, admin, namespace, backends):
+    p = fair_proxy
+    create_model(admin, namespace, "qe", autoscalingDisabled=True, loadBalancing={"strategy": "PrefixHash"})
+    quiet, busy = await backends("quiet"), await backends("busy")
+    for e in (quiet, busy):
+        e.engine = True
+        e.hold.clear()
+    server_pod(admin, namespace, "qe", quiet, name="qe-0")  # the first by key: the quiet engine once A is over
+    server_pod(admin, namespace, "qe", busy, name="qe-1")
+    await p.wait_endpoints(namespace, "qe", 2)
+    await eventually(lambda: engines_reported(p, namespace, "qe"), what="both engines reported")
+    ring, eps = Ring(256), {f"{namespace}/qe-{i}": Endpoint(f"{namespace}/qe-{i}", "") for i in range(2)}
+    for k in eps:
+        ring.add(k)
+    new_conversation = next(t for t in (f"b-new-{i}" for i in range(100))
+                            if ring.choose(t, eps, 0, 125).endpoint.key == f"{namespace}/qe-1")
+    gate, key = p.server.handler.fair, (namespace, "qe")
+
+    def prompts(engine) -> list[str]:
+        return [orjson.loads(r["body"])["prompt"] for r in engine.requests]
+
+    async with client(A) as a, client(B) as b:
+        tasks = [asyncio.create_task(post_from(b, p, "qe", "b0"))]
+        await eventually(lambda: quiet.held + busy.held == 1, what="b0 at an engine")
+        # A's first two: not over its share when sent (0, then 1, against B's 1); one prompt per engine each
+        for i in range(2):
+            tasks.append(asyncio.create_task(post_from(a, p, "qe", f"a{i}")))
+            await eventually(lambda: quiet.held + busy.held == 2 + i, what=f"a{i} at an engine")
+        at_quiet = prompts(quiet)
+        # A holds 2 of 3: over its half. The quiet engine takes none of its next ones; its lane at the other is
+        # taken, so they wait in A's queue
+        for i in range(2, 5):
+            tasks.append(asyncio.create_task(post_from(a, p, "qe", f"a{i}")))
+        await eventually(lambda: gate.waiting(key, A) == 3, what="A's next three queued")
+        assert prompts(quiet) == at_quiet, "nothing of A's reached the quiet engine once A was over its share"
+        # B's new conversation, whose ring home is the other engine, goes to the quiet one
+        tasks.append(asyncio.create_task(post_from(b, p, "qe", new_conversation)))
+        await eventually(lambda: new_conversation in prompts(quiet), what="B's new conversation at the quiet engine")
+        assert new_conversation not in prompts(busy)
+        assert prompts(quiet) == [*at_quiet, new_conversation] and gate.waiting(key, A) == 3
+        quiet.hold.set()  # then everything ends: with nothing in flight A is over nothing, and goes anywhere
+        busy.hold.set()
+        results = await asyncio.gather(*tasks)
+    assert [r[0] for r in results] == [200] * 7
 
 
 async def test_an_unsaturated_model_adds_no_queueing(fair_proxy, admin, namespace, backends):

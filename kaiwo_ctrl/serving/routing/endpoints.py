@@ -36,7 +36,7 @@ from kaiwo_ctrl.runtime.api.resources import PODS
 from kaiwo_ctrl.serving.podcontract import ADAPTER_LABEL_PREFIX, POD_SELECTOR
 from kaiwo_ctrl.serving.podcontract import ANNOTATION_PORT as PORT_ANNOTATION
 from kaiwo_ctrl.serving.podcontract import LABEL_MODEL as MODEL_LABEL
-from kaiwo_ctrl.serving.routing.fairshare import TenantLoad
+from kaiwo_ctrl.serving.routing.fairshare import TenantLoad, quiet_count
 from kaiwo_ctrl.serving.routing.balance import Choice, Endpoint, Ring, hash64, least_load
 from kaiwo_ctrl.serving.routing.score import admitting, endpoint_load, fresh, home_acceptable, home_load
 
@@ -87,6 +87,7 @@ class Group:
         #: LRU, RECENT_KEYS at most
         self.recent: OrderedDict[int, tuple[str, int]] = OrderedDict()
         self.tenants = TenantLoad()  # with fair queuing: this replica's requests in flight per tenant (.fairshare)
+        self._quiet: dict[int, frozenset[str]] = {}  # quiet engines by count, until the endpoints change
         self._changed = asyncio.Event()
 
     def upsert(self, ep: Endpoint) -> None:
@@ -117,6 +118,7 @@ class Group:
             self.ring.remove(ep.key)
 
     def _notify(self) -> None:
+        self._quiet.clear()
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -141,10 +143,25 @@ class Group:
         if not ep.removed:
             self.total -= 1
 
+    def quiet(self, now: float) -> frozenset[str]:
+        """The keys of the Model's quiet engines (:mod:`.fairshare`): the first ones in key order, so every replica
+        picks the same; none while no tenant is over its share."""
+        fraction = self.tenants.quiet_fraction(now)
+        k = 0 if fraction is None else quiet_count(len(self.endpoints), fraction)
+        if not k:
+            return frozenset()
+        keys = self._quiet.get(k)
+        if keys is None:
+            keys = self._quiet[k] = frozenset(sorted(self.endpoints)[:k])
+        return keys
+
     def choose_prefix(
         self, key: str, replication: int, mean_load_factor: int, adapter: str, skip: frozenset[str], size: int = 0,
+        prefer: frozenset[str] = frozenset(),
     ) -> Choice:
-        """``size``: the request body's bytes (how much prompt the key's next request finds cached)."""
+        """``size``: the request body's bytes (how much prompt the key's next request finds cached). ``prefer``: a
+        key this replica has not routed goes to the least loaded of these endpoints not in ``skip``, if any (a
+        tenant under its fair share: the quiet engines)."""
         if self.ring is None:
             self.ring = Ring(replication)
             for k in self.endpoints:
@@ -161,6 +178,10 @@ class Group:
         known = last is not None and last.serves(adapter) and last.key not in skip
         if known:
             c.initial = c.endpoint = last  # where this key's cache is: its last request from here went there
+        elif prefer and (quiet := least_load((eps[k] for k in prefer if k in eps and k not in skip), adapter, now=now)):
+            c.endpoint = quiet  # a new conversation of a quiet tenant: cached nowhere, so nothing lost by leaving the ring
+            self._remember(h, quiet.key, size)
+            return c
         home, best = c.endpoint, least_load(eps.values(), adapter, skip, now)
         if home is not None and best is not None and best is not home:
             worth = cached if known and admitting(home.engine if fresh(home, now) else None) else None

@@ -10,7 +10,9 @@ endpoint before the next release is considered, so a release is counted by
 the next check). The pump ends when the queues are empty. While another
 tenant is active, a tenant over its share of the Model's requests in flight
 finds less room (:mod:`.fairshare`): it leaves ``--proxy-fair-reserve``
-requests free on every engine and yields the prefill to the others.
+requests free on every engine, yields the prefill to the others, and keeps off
+the Model's quiet engines (``--proxy-fair-quiet-engines``), where the tenants
+under their share send their new conversations (:meth:`FairGate.quiet_for`).
 
 The tenant is the caller's reviewed namespace (:func:`tenant_of`); with
 ``--proxy-auth none`` it is the client's address (on the Gateway listener,
@@ -77,10 +79,19 @@ class FairGate:
         a tenant over its share leaves room to the others: :mod:`.fairshare`)."""
         lim, now = self.limits, time.monotonic()
         share = NO_SHARE
-        if lim.reserve > 0 or lim.prefill_yield:
+        if lim.reserve > 0 or lim.prefill_yield or lim.quiet_engines:
             group.tenants.touch(tenant, now, self._weight)
-            share = group.tenants.share(tenant, now, lim.reserve, lim.prefill_yield)
+            quiet = group.quiet(now) if lim.quiet_engines else frozenset()
+            share = group.tenants.share(tenant, now, lim.reserve, lim.prefill_yield, quiet)
         return without_room(group.endpoints.values(), now, lim.max_pending, lim.in_flight_cap, tenant, share)
+
+    def quiet_for(self, group: Group, tenant: str) -> frozenset[str]:
+        """Where ``tenant``'s new conversations go: the Model's quiet engines while it is under its share and another
+        tenant is over (:mod:`.fairshare`), else nowhere in particular (empty)."""
+        if not (self.limits.enabled and self.limits.quiet_engines):
+            return frozenset()
+        now = time.monotonic()
+        return group.quiet(now) if group.tenants.under(tenant, now) else frozenset()
 
     def _label(self, key: tuple[str, str], tenant: str) -> str:
         seen = self._labels.setdefault(key, set())

@@ -129,7 +129,8 @@ class Router:
 
     async def _lease(self, target: Target, key: str, size: int, skip: frozenset[str], tenant: str | None = None) -> Lease:
         group = self.state(target).group
-        chosen = self._choose(group, target, key, skip, size)
+        quiet = self.fair.quiet_for(group, tenant) if self.fair is not None and tenant is not None else frozenset()
+        chosen = self._choose(group, target, key, skip, size, quiet)
         if chosen is not None:  # one is free: no wait to time
             return Lease(group, chosen[0], chosen[1], 0.0, self.metrics, tenant)
         w0 = time.perf_counter()
@@ -155,12 +156,14 @@ class Router:
             if m is not None:
                 t.model = m
 
-    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int) -> tuple[Endpoint, float] | None:
+    def _choose(self, group: Group, t: Target, key: str, skip: frozenset[str], size: int,
+                quiet: frozenset[str] = frozenset()) -> tuple[Endpoint, float] | None:
         """An endpoint for ``t`` now (counted as in flight) and the prompt tokens it has to prefill (estimated from
-        the body's ``size`` less what its cache holds), or None when none is usable."""
+        the body's ``size`` less what its cache holds), or None when none is usable. ``quiet``: where a new
+        conversation goes under PrefixHash (a tenant under its fair share: the quiet engines)."""
         prefix = self.state(t).prefix  # the strategy is read at request time
         if prefix is not None:
-            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip, size)
+            c = group.choose_prefix(key, prefix[1], prefix[2], t.adapter, skip, size, quiet)
             ep = c.endpoint
             size -= c.cached  # what the engine has to prefill: the part of the prompt its cache does not hold
             if ep is not None:

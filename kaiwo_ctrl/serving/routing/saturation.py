@@ -30,8 +30,10 @@ come, first served, behind every tenant's, and fair order is lost.
   cap, it always has room -- KubeAI's behaviour, nothing queues).
 
 * For a tenant over its share (:mod:`.fairshare`): each of the rules above
-  with ``reserve`` requests fewer, and no room on an engine where a tenant
-  under its share has a request without a first token.
+  with ``reserve`` requests fewer, no room on an engine where a tenant
+  under its share has a request without a first token, and none on the
+  Model's quiet engines. For a tenant under its share, no one-prompt lane on
+  the quiet engines (the flood's prompts are not there to share the steps).
 
 With several proxy replicas each replica counts only its own sends and
 finishes, and takes only its share of the engine's waiting requests -- its
@@ -71,13 +73,16 @@ def headroom(s: EngineSample, base: int) -> float:
 
 def has_room(ep: Endpoint, now: float, max_pending: int, in_flight_cap: int, tenant: str | None = None,
              share: Share = NO_SHARE) -> bool:
+    quiet = ep.key in share.quiet
+    if quiet and share.over:
+        return False  # a quiet engine: kept from the tenants over their share while they are
     if share.under is not None and any(share.under(t) for t in ep.pending_by):
         return False  # a tenant under its share has a prompt in prefill here: the flood's next one waits
     reserve = share.reserve
     if fresh(ep, now):
         s = ep.engine
         assert s is not None
-        if (ep.pending if tenant is None else ep.pending_by.get(tenant, 0)) >= max_pending:
+        if not quiet and (ep.pending if tenant is None else ep.pending_by.get(tenant, 0)) >= max_pending:
             return False
         sent = ep.in_flight - ep.in_flight_base  # sent since the report, less what finished
         if admitting(s):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kaiwo_ctrl.serving.routing.balance import Endpoint
-from kaiwo_ctrl.serving.routing.fairshare import ACTIVE_FOR, MAX_IDLE, NO_SHARE, Share, TenantLoad
+from kaiwo_ctrl.serving.routing.endpoints import Group
+from kaiwo_ctrl.serving.routing.fairshare import ACTIVE_FOR, MAX_IDLE, NO_SHARE, Share, TenantLoad, quiet_count
 from kaiwo_ctrl.serving.routing.saturation import has_room
 from kaiwo_ctrl.serving.routing.score import EngineSample as S
 
@@ -115,3 +118,108 @@ FULL = S(running=4, kv=0.95)
 ])
 def test_room_left_by_a_tenant_over_its_share(endpoint: Endpoint, share: Share, expected: bool) -> None:
     assert has_room(endpoint, NOW, max_pending=1, in_flight_cap=4, tenant="A", share=share) is expected
+
+
+# -------------------------------------------------------------- quiet engines
+@pytest.mark.parametrize("in_flight, weights, fraction", [
+    ({"A": 50}, {}, None),  # alone: nothing to keep quiet
+    ({"A": 5, "B": 5}, {}, None),  # nobody over its share
+    ({"A": 0, "B": 0}, {}, None),
+    ({"A": 48, "B": 2}, {}, 0.04),  # A over: B holds 2 of 50
+    ({"A": 50, "B": 0}, {}, 0.0),  # B between turns still has the quiet engines
+    ({"A": 50, "B": 10, "C": 40}, {}, 0.1),  # C over too: only B's count
+    ({"A": 75, "B": 25}, {"A": 3}, None),  # A's weight makes 75 of 100 its share
+])
+def test_quiet_fraction(in_flight: dict[str, int], weights: dict[str, int], fraction: float | None) -> None:
+    assert load_of(in_flight, weights).quiet_fraction(NOW) == fraction
+
+
+def test_quiet_fraction_follows_every_change() -> None:
+    load = load_of({"A": 1, "B": 1})
+    assert load.quiet_fraction(NOW) is None
+    load.started("A")
+    assert load.quiet_fraction(NOW) == pytest.approx(1 / 3), "A over its half: B holds 1 of 3"
+    load.ended("A", NOW)
+    assert load.quiet_fraction(NOW) is None, "1 and 1: nobody over"
+    load.ended("B", NOW)
+    assert load.quiet_fraction(NOW) == 0.0, "B between turns: A holds all"
+    assert load.quiet_fraction(NOW + ACTIVE_FOR + 1) is None, "B forgotten: A alone"
+
+
+@pytest.mark.parametrize("endpoints, fraction, count", [
+    (1, 0.5, 0), (2, 0.0, 1), (4, 0.04, 1), (4, 0.25, 1), (4, 0.26, 2), (4, 0.9, 3), (10, 0.31, 4),
+])
+def test_quiet_count(endpoints: int, fraction: float, count: int) -> None:
+    assert quiet_count(endpoints, fraction) == count
+
+
+def test_share_names_the_quiet_engines_to_both_sides() -> None:
+    load, quiet = load_of({"A": 48, "B": 2}), frozenset({"ns/p0"})
+    a, b = load.share("A", NOW, reserve=4, quiet=quiet), load.share("B", NOW, reserve=4, quiet=quiet)
+    assert (a.quiet, a.over, a.reserve) == (quiet, True, 4)
+    assert (b.quiet, b.over, b.reserve, b.under) == (quiet, False, 0, None)
+    assert load.share("B", NOW, reserve=4) is NO_SHARE
+    assert load_of({"A": 48}).share("A", NOW, reserve=4, quiet=quiet) is NO_SHARE, "alone: no share at all"
+
+
+QUIET = frozenset({"ns/p"})
+
+
+@pytest.mark.parametrize("endpoint, tenant, share, expected", [
+    # a quiet engine has no room for a tenant over its share, however empty it is
+    (ep(ADMITTING, in_flight=4, base=4), "A", Share(0, None, QUIET, True), False),
+    (ep(None), "A", Share(0, None, QUIET, True), False),
+    (ep(ADMITTING, in_flight=4, base=4), "A", Share(0, None, frozenset({"ns/q"}), True), True),
+    # a tenant under its share has no one-prompt lane there: its second prompt goes in too
+    (ep(ADMITTING, in_flight=5, base=4, pending_by={"B": 1}), "B", Share(quiet=QUIET), True),
+    (ep(ADMITTING, in_flight=5, base=4, pending_by={"B": 1}), "B", Share(quiet=frozenset({"ns/q"})), False),
+    # ... but the engine's own report still rules: a full engine has room only for what finished
+    (ep(FULL, in_flight=4, base=4, pending_by={"B": 1}), "B", Share(quiet=QUIET), False),
+])
+def test_room_on_a_quiet_engine(endpoint: Endpoint, tenant: str, share: Share, expected: bool) -> None:
+    assert has_room(endpoint, NOW, max_pending=1, in_flight_cap=4, tenant=tenant, share=share) is expected
+
+
+def reporting_group(names: list[str]) -> Group:
+    g = Group()
+    for i, name in enumerate(names):
+        g.upsert(Endpoint(f"ns/{name}", f"10.0.0.{i}:8000"))
+    for e in g.endpoints.values():
+        e.engine, e.engine_until = S(running=4, kv=0.3), time.monotonic() + 60
+    return g
+
+
+def test_every_replica_picks_the_same_quiet_engines() -> None:
+    one, other = reporting_group(["p2", "p0", "p3", "p1"]), reporting_group(["p1", "p3", "p0", "p2"])
+    now = time.monotonic()
+    for g in (one, other):
+        assert g.quiet(now) == frozenset(), "one tenant: nothing is quiet"
+        g.tenants.touch("B", now)
+        g.tenants.touch("A", now)
+        for _ in range(9):
+            g.tenants.started("A")
+        g.tenants.started("B")
+    assert one.quiet(now) == other.quiet(now) == {"ns/p0"}, "B holds 1 of 10 of 4 engines: one, the first by key"
+    for _ in range(3):
+        one.tenants.started("B")
+    assert one.quiet(now) == {"ns/p0", "ns/p1"}, "4 of 13: two"
+    one.remove("ns/p0")
+    assert one.quiet(now) == {"ns/p1"}, "the endpoints changed: 4 of 13 of 3 engines is one, the first of the rest"
+
+
+def test_a_quiet_tenants_new_conversation_goes_to_a_quiet_engine_and_its_next_turn_follows() -> None:
+    g = reporting_group(["p0", "p1", "p2", "p3"])
+    quiet = frozenset({"ns/p0", "ns/p1"})
+    g.endpoints["ns/p0"].engine = S(running=30, kv=0.6)
+    key = next(k for k in (f"conv-{i}" for i in range(100)) if g.choose_prefix(k, 64, 125, "", frozenset()).endpoint.key
+               not in quiet)  # a key whose ring home is not quiet
+    g.recent.clear()
+    c = g.choose_prefix(key, 64, 125, "", frozenset(), prefer=quiet)
+    assert c.endpoint.key == "ns/p1", "the least loaded quiet engine"
+    assert g.choose_prefix(key, 64, 125, "", frozenset(), prefer=quiet).endpoint.key == "ns/p1", "its next turn follows"
+    assert g.choose_prefix(key, 64, 125, "", frozenset()).endpoint.key == "ns/p1", "... quiet or not: its cache is there"
+    g.recent.clear()
+    c = g.choose_prefix(key, 64, 125, "", frozenset({"ns/p1"}), prefer=quiet)
+    assert c.endpoint.key == "ns/p0", "p1 has no room: the other quiet one"
+    g.recent.clear()
+    assert g.choose_prefix(key, 64, 125, "", quiet, prefer=quiet).endpoint.key not in quiet, "none has room: as usual"

@@ -7,7 +7,10 @@ strategy runs twice: B alone, then B under A's flood. A tenant is its client add
 ``Retry-After``, as a flood would).
 
 Reported per strategy and proxy count: B's TTFT p50/p99 alone and under the flood, the ratio of the p99s, each
-tenant's goodput (output tokens/s of answered requests in the window), the engines' total (A + B), A's 429s.
+tenant's goodput (output tokens/s of answered requests in the window), the engines' total (A + B), A's 429s; and,
+as "same n" and "same x", the ratio of the p99s over the requests B sent in the windows of both runs (the same
+turns of the same conversations, so the same prompts: under the flood B gets through fewer turns, and which of
+its long first prompts fall in a window moves the plain p99 as much as the flood does).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ ROWS = [(*s, False, "") for s in STRATEGIES] + [("PrefixHash+engine+fair", "Pref
 class Tenant:
     def __init__(self) -> None:
         self.ttft: list[float] = []
+        self.turns: dict[str, float] = {}  # "<user>:<conversation>:<turn>" -> TTFT, for the requests in the window
         self.tokens = 0
         self.rejected = 0
         self.errors = 0
@@ -62,11 +66,13 @@ async def tenant_load(address: str, urls: list[str], users: int, think: float, a
         async def user(u: int) -> None:
             rng, route_rng = random.Random(seed * 1000 + u), random.Random(seed * 7919 + u)
             url = urls[u % len(urls)]
+            c = 0
             while time.perf_counter() < stop_at:
+                c += 1
                 conv = conversation(rng, args.scale)
                 messages = [{"role": "system", "content": SYSTEM},
                             {"role": "user", "content": f"[{address}:{u}:{rng.random():.6f}] " + _words(rng, conv.first)}]
-                for user_tokens, reply_tokens in conv.turns:
+                for k, (user_tokens, reply_tokens) in enumerate(conv.turns):
                     if time.perf_counter() >= stop_at:
                         return
                     if random_route:
@@ -83,6 +89,7 @@ async def tenant_load(address: str, urls: list[str], users: int, think: float, a
                         break
                     if t >= measure_from:
                         out.ttft.append(ttft)
+                        out.turns[f"{u}:{c}:{k}"] = ttft
                         out.tokens += reply_tokens
                     messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": _words(rng, user_tokens)}]
                     if think:
@@ -148,7 +155,15 @@ async def one(args: argparse.Namespace, strategy: str | None, scrape: float, fai
             Path(args.trace_dir, f"tenants-{replicas}-{strategy}{'-fair' if fair else ''}-{'flood' if flood else 'alone'}.json").write_bytes(
                 orjson.dumps({"b_ttft": b.ttft, "trace": trace}))
     return {"p50": pct(b.ttft, 50), "p99": pct(b.ttft, 99), "b_tps": b.tokens / window, "a_tps": a.tokens / window,
-            "a_429": a.rejected, "errors": a.errors + b.errors, "n": len(b.ttft)}
+            "a_429": a.rejected, "errors": a.errors + b.errors, "n": len(b.ttft), "turns": b.turns}
+
+
+def same_turns(alone: dict, flood: dict) -> tuple[int, float]:
+    """How many requests B sent in both runs' windows, and the ratio of their TTFT p99s (flood over alone)."""
+    common = alone["turns"].keys() & flood["turns"].keys()
+    if not common:
+        return 0, math.nan
+    return len(common), pct([flood["turns"][k] for k in common], 99) / pct([alone["turns"][k] for k in common], 99)
 
 
 async def tenants_main(args: argparse.Namespace) -> None:
@@ -158,7 +173,8 @@ async def tenants_main(args: argparse.Namespace) -> None:
         print(f"# tenants: B {args.b_users} users (think {args.think}s), A {args.a_users} flooding users; "
               f"{args.duration:.0f}s runs, the first {args.warmup:.0f}s not measured", flush=True)
         print(f"{'proxies':>7} {'strategy':<24} {'B p50 alone':>11} {'B p99 alone':>11} {'B p50 flood':>11} {'B p99 flood':>11} "
-              f"{'p99 x':>6} {'B tok/s':>8} {'A tok/s':>8} {'total':>8} {'A 429s':>7} {'errors':>6}", flush=True)
+              f"{'p99 x':>6} {'B tok/s':>8} {'A tok/s':>8} {'total':>8} {'A 429s':>7} {'errors':>6} {'same n':>6} {'same x':>6}",
+              flush=True)
         for replicas in args.replicas:
             tuned = [(f"PH+engine+fair[{n}]", "PrefixHash", 1.0, True, sets) for n, sets in args.fair_tune]
             for name, strategy, scrape, fair, sets in ROWS + tuned:
@@ -168,9 +184,11 @@ async def tenants_main(args: argparse.Namespace) -> None:
                     continue
                 alone = await one(args, strategy, scrape, fair, replicas, False, sets)
                 flood = await one(args, strategy, scrape, fair, replicas, True, sets)
+                same = same_turns(alone, flood)
                 print(f"{replicas:>7} {name:<24} {alone['p50']:>11.3f} {alone['p99']:>11.3f} {flood['p50']:>11.3f} "
                       f"{flood['p99']:>11.3f} {flood['p99'] / alone['p99']:>6.2f} {flood['b_tps']:>8.0f} {flood['a_tps']:>8.0f} "
-                      f"{flood['b_tps'] + flood['a_tps']:>8.0f} {flood['a_429']:>7} {alone['errors'] + flood['errors']:>6}", flush=True)
+                      f"{flood['b_tps'] + flood['a_tps']:>8.0f} {flood['a_429']:>7} {alone['errors'] + flood['errors']:>6} "
+                      f"{same[0]:>6} {same[1]:>6.2f}", flush=True)
     finally:
         engines.terminate()
         engines.wait()

@@ -29,7 +29,8 @@ tokens lasts about 0.2 s, a flood of new prompts keeps the engines prefilling
 most of the time, and a request that arrives waits for the step in progress
 and for the prompts admitted before it -- and its decode does not share the
 flood's batch. The flood loses those engines for new requests while another
-tenant is active (in the bench, one of four: 5-10% of the engines' total).
+tenant is active (in the bench, one of four: the engines' total 4-8% under
+the best strategy without fair queuing).
 
 A tenant alone on the Model is never over its share (work-conserving: it gets
 the whole Model). A tenant is *active* while it has requests in flight or
